@@ -62,6 +62,23 @@ def _patch_launch_template_network():
     InstanceBackend.run_instances = run_instances
 
 
+def _delete_launch_template_versions(self):
+    # moto has no DeleteLaunchTemplateVersions; amazon.aws.ec2_launch_template
+    # calls it before DeleteLaunchTemplate. Versions are positional in moto, so
+    # they are reported deleted and go away with the template itself.
+    from moto.core.responses import ActionResult
+
+    name = self._get_param("LaunchTemplateName")
+    tid = self._get_param("LaunchTemplateId")
+    template = self.ec2_backend.get_launch_template_by_name(name) if name else self.ec2_backend.get_launch_template(tid)
+    versions = self._get_param("LaunchTemplateVersions", []) or []
+    deleted = [
+        {"LaunchTemplateId": template.id, "LaunchTemplateName": template.name, "VersionNumber": int(v)}
+        for v in versions
+    ]
+    return ActionResult({"SuccessfullyDeletedLaunchTemplateVersions": deleted, "UnsuccessfullyDeletedLaunchTemplateVersions": []})
+
+
 def apply():
     """Register the legacy EFS tag operations with moto (idempotent)."""
     global _APPLIED
@@ -80,4 +97,7 @@ def apply():
     ):
         urls.url_paths[path] = urls.response.dispatch
     _patch_launch_template_network()
+    from moto.ec2.responses.launch_templates import LaunchTemplates
+
+    LaunchTemplates.delete_launch_template_versions = _delete_launch_template_versions
     _APPLIED = True

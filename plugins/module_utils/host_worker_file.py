@@ -23,6 +23,7 @@ import errno
 import fcntl
 import ipaddress
 import os
+import stat
 import tempfile
 import time
 
@@ -45,12 +46,17 @@ def validate_ip(value):
     return str(addr)
 
 
-def parse_hosts(text, source="host_worker"):
-    """Parse host_worker content into an ordered list of IPs (duplicates rejected)."""
-    hosts = []
+def _scan_lines(text, source="host_worker"):
+    """Split host_worker text into ``[(raw_line, ip_or_None)]`` (comments/blank -> None).
+
+    Raises HostWorkerError naming the line for a malformed or repeated address.
+    """
+    scanned = []
+    seen = set()
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
+            scanned.append((raw, None))
             continue
         try:
             ip = validate_ip(line)
@@ -60,12 +66,54 @@ def parse_hosts(text, source="host_worker"):
                 "(expected one address per line, '#' comments allowed); fix or remove that line"
                 % (source, lineno, raw.strip())
             )
-        if ip in hosts:
+        if ip in seen:
             raise HostWorkerError(
                 "%s line %d repeats %s; each worker must appear once" % (source, lineno, ip)
             )
-        hosts.append(ip)
-    return hosts
+        seen.add(ip)
+        scanned.append((raw, ip))
+    return scanned
+
+
+def parse_hosts(text, source="host_worker"):
+    """Parse host_worker content into an ordered list of IPs (duplicates rejected)."""
+    return [ip for _raw, ip in _scan_lines(text, source=source) if ip is not None]
+
+
+def edit_hosts_text(text, add=(), remove=(), master=None, source="host_worker"):
+    """Return host_worker ``text`` edited in place, keeping comments and blank lines.
+
+    Lines whose address is in ``remove`` are dropped; addresses in ``add`` that
+    are not present yet are inserted just before the master line (the last
+    address line), so the master stays last. When the text holds no address
+    yet, ``add`` is appended in order followed by ``master`` (if given), so
+    without ``master`` the last added address becomes the master.
+    Callers decide policy (protected hosts, the master); this only edits.
+    """
+    add = [validate_ip(h) for h in add]
+    remove = set(validate_ip(h) for h in remove)
+    master = validate_ip(master) if master is not None else None
+    scanned = [(raw, ip) for raw, ip in _scan_lines(text, source=source) if ip is None or ip not in remove]
+    present = set(ip for _raw, ip in scanned if ip is not None)
+    new = []
+    for h in add:
+        if h not in present and h not in new:
+            new.append(h)
+    lines = [raw for raw, _ip in scanned]
+    address_rows = [i for i, (_raw, ip) in enumerate(scanned) if ip is not None]
+    if address_rows:
+        at = address_rows[-1]
+        lines[at:at] = [h for h in new if h != master]
+        if master is not None and master in new and master != scanned[at][1]:
+            raise HostWorkerError(
+                "%s already ends with master %s; cannot add %s as the master" % (source, scanned[at][1], master)
+            )
+    else:
+        tail = [h for h in new if h != master]
+        if master is not None and (new or master in add):
+            tail.append(master)
+        lines.extend(tail)
+    return "".join("%s\n" % line for line in lines)
 
 
 def render_hosts(hosts, master=None):
@@ -118,19 +166,39 @@ def locked(path, timeout=30.0):
             os.close(fd)
 
 
-def atomic_write(path, content, mode=0o644):
-    """Write content to path via a temp file in the same directory + rename."""
+def atomic_write(path, content, mode=None):
+    """Write content to path via a temp file in the same directory + rename.
+
+    ``mode=None`` keeps the mode (and, when permitted, the owner and group) of
+    an existing file; a new file gets 0644.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise HostWorkerError(
             "directory %s does not exist: mount the shared volume (EFS_MOUNT) or create it first" % directory
         )
+    owner = None
+    if mode is None:
+        try:
+            st = os.stat(path)
+            mode = stat.S_IMODE(st.st_mode)
+            owner = (st.st_uid, st.st_gid)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            mode = 0o644
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(content)
             handle.flush()
             os.fsync(handle.fileno())
+        if owner is not None:
+            try:
+                os.chown(tmp, owner[0], owner[1])
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EINVAL):
+                    raise
         os.chmod(tmp, mode)
         os.rename(tmp, path)
     except BaseException:
@@ -190,3 +258,50 @@ def append_log(log_path, event, ip, ns=None):
             handle.flush()
             os.fsync(handle.fileno())
     return line
+
+
+def read_log_since(log_path, offset=0):
+    """Read the complete log lines written at or after byte ``offset``.
+
+    Returns ``(entries, next_offset, bad_lines)``: ``entries`` is a list of
+    ``(seq, event, ip, ns, line)``; a trailing line without its newline (still
+    being written) is left for the next call; ``bad_lines`` lists lines that do
+    not parse (skipped, so a reader can warn instead of failing). If the file
+    shrank below ``offset`` (replaced), reading starts again at 0. A missing
+    file gives ``([], 0, [])``.
+    """
+    try:
+        with open(log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            if size < offset:
+                offset = 0
+            handle.seek(offset)
+            data = handle.read()
+    except IOError as exc:
+        if exc.errno == errno.ENOENT:
+            return [], 0, []
+        raise
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset, []
+    entries, bad = [], []
+    for raw in data[:end].decode("utf-8", "replace").split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            entries.append(parse_log_line(line) + (line,))
+        except HostWorkerError:
+            bad.append(line)
+    return entries, offset + end + 1, bad
+
+
+def log_position(log_path):
+    """Return ``(next_offset, last_seq)`` of the log now (``(0, -1)`` when missing or empty).
+
+    Record it before editing host_worker; events after the edit are then the
+    ones from ``read_log_since(log_path, next_offset)`` with ``seq > last_seq``.
+    """
+    entries, offset, _bad = read_log_since(log_path, 0)
+    return offset, (entries[-1][0] if entries else -1)
