@@ -103,14 +103,16 @@ def edit_hosts_text(text, add=(), remove=(), master=None, source="host_worker"):
     address_rows = [i for i, (_raw, ip) in enumerate(scanned) if ip is not None]
     if address_rows:
         at = address_rows[-1]
-        lines[at:at] = [h for h in new if h != master]
-        if master is not None and master in new and master != scanned[at][1]:
+        last = scanned[at][1]
+        if master is not None and master != last:
             raise HostWorkerError(
-                "%s already ends with master %s; cannot add %s as the master" % (source, scanned[at][1], master)
+                "%s ends with %s, not with the master %s (the master must stay the last address)"
+                % (source, last, master)
             )
+        lines[at:at] = [h for h in new if h != last]
     else:
         tail = [h for h in new if h != master]
-        if master is not None and (new or master in add):
+        if master is not None and (tail or master in new):
             tail.append(master)
         lines.extend(tail)
     return "".join("%s\n" % line for line in lines)
