@@ -17,14 +17,30 @@ from . import config, podman
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 PACKAGES = [
-    "openssh-server", "openssh-client", "python3", "python3-venv", "python3-apt",
-    "sudo", "iproute2", "procps", "pciutils", "ca-certificates", "rsync", "util-linux",
+    "openssh-server",
+    "openssh-client",
+    "python3",
+    "python3-venv",
+    "python3-apt",
+    "sudo",
+    "iproute2",
+    "procps",
+    "pciutils",
+    "ca-certificates",
+    "rsync",
+    "util-linux",
     # tini: PID 1 that reaps the daemons roles start with `service`.
     "tini",
     # libgomp1: OpenMP runtime MXNet/scikit-learn wheels expect on the system.
     "libgomp1",
     # small tools the roles and humans expect on a cloud image
-    "iputils-ping", "netcat-openbsd", "less", "gnupg", "curl", "lsb-release", "locales",
+    "iputils-ping",
+    "netcat-openbsd",
+    "less",
+    "gnupg",
+    "curl",
+    "lsb-release",
+    "locales",
 ]
 
 SSHD_CONFIG = """\
@@ -37,6 +53,8 @@ PubkeyAuthentication yes
 X11Forwarding no
 AllowAgentForwarding no
 PermitEmptyPasswords no
+HostKey /etc/ssh/ssh_host_ed25519_key
+HostKey /etc/ssh/ssh_host_ecdsa_key
 """
 
 APT_SOURCES = """\
@@ -59,7 +77,9 @@ def _say(msg):
 
 
 def _chroot(root, *cmd):
-    subprocess.run(["chroot", root] + list(cmd), check=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+    subprocess.run(
+        ["chroot", root] + list(cmd), check=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    )
 
 
 def _write(root, path, text, mode=0o644):
@@ -90,7 +110,11 @@ def configure_rootfs(root):
     _write(root, "/etc/default/locale", "LANG=C.UTF-8\n")
     # The node has no network of its own for services to start at install time;
     # nothing to start at build time either.
-    _write(root, "/etc/localcloud/image", "%s built %s\n" % (config.IMAGE, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    _write(
+        root,
+        "/etc/localcloud/image",
+        "%s built %s\n" % (config.IMAGE, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+    )
     init_src = os.path.join(config.PACKAGE_DIR, "node", "localcloud-init")
     shutil.copyfile(init_src, os.path.join(root, "usr/local/sbin/localcloud-init"))
     os.chmod(os.path.join(root, "usr/local/sbin/localcloud-init"), 0o755)
@@ -122,7 +146,8 @@ def build(force=False):
         with open(log, "w") as f:
             proc = subprocess.run(
                 ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, root, MIRROR],
-                stdout=f, stderr=subprocess.STDOUT,
+                stdout=f,
+                stderr=subprocess.STDOUT,
             )
         if proc.returncode != 0:
             with open(log) as f:
@@ -133,13 +158,24 @@ def build(force=False):
         _say("importing into podman as %s" % config.IMAGE)
         tar = subprocess.Popen(["tar", "-C", root, "--numeric-owner", "-cf", "-", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(
-            ["podman", "import",
-             "--change", 'ENTRYPOINT ["/usr/bin/tini", "--"]',
-             "--change", 'CMD ["/usr/local/sbin/localcloud-init"]',
-             "--change", "ENV LANG=C.UTF-8",
-             "--message", "dynatrain localcloud node (debootstrap %s)" % SUITE,
-             "-", config.IMAGE],
-            stdin=tar.stdout, env=config.podman_env(), capture_output=True, text=True,
+            [
+                "podman",
+                "import",
+                "--change",
+                'ENTRYPOINT ["/usr/bin/tini", "--"]',
+                "--change",
+                'CMD ["/usr/local/sbin/localcloud-init"]',
+                "--change",
+                "ENV LANG=C.UTF-8",
+                "--message",
+                "dynatrain localcloud node (debootstrap %s)" % SUITE,
+                "-",
+                config.IMAGE,
+            ],
+            stdin=tar.stdout,
+            env=config.podman_env(),
+            capture_output=True,
+            text=True,
         )
         tar.stdout.close()
         tar.wait()

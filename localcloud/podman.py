@@ -19,9 +19,7 @@ def require(tool):
     """Fail with the Debian package to install when a host tool is missing."""
     if shutil.which(tool) is None:
         pkg = config.HOST_PACKAGES.get(tool, tool)
-        raise PodmanError(
-            "%s not found: install it with `apt-get install %s` (or run `make setup`)" % (tool, pkg)
-        )
+        raise PodmanError("%s not found: install it with `apt-get install %s` (or run `make setup`)" % (tool, pkg))
 
 
 def run(args, check=True, timeout=120, input=None):

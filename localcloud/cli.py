@@ -1,0 +1,337 @@
+"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt."""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from . import config, podman
+
+UP_TIMEOUT_S = 60
+DOWN_TIMEOUT_S = 90
+
+
+def _err(msg):
+    print("localcloud: %s" % msg, file=sys.stderr)
+    return 1
+
+
+def _control(path, body=None, timeout=10):
+    req = urllib.request.Request(config.control_endpoint() + path)
+    if body is not None:
+        req.data = json.dumps(body).encode()
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def _health():
+    try:
+        status, body = _control("/health", timeout=2)
+        return body if status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(n=30):
+    try:
+        with open(config.logfile()) as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+# -- build-image / wheelhouse ------------------------------------------------
+def cmd_build_image(args):
+    from . import image
+
+    return image.build(force=args.force)
+
+
+def _wanted_wheels(req_file):
+    """name==version pins of a requirements file (normalised like wheel names)."""
+    pins = []
+    with open(req_file) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+            if m:
+                pins.append((re.sub(r"[-_.]+", "_", m.group(1)).lower(), m.group(2)))
+    return pins
+
+
+def _missing_wheels(req_file, wheel_dir):
+    have = [f.lower() for f in os.listdir(wheel_dir)] if os.path.isdir(wheel_dir) else []
+    return [(n, v) for n, v in _wanted_wheels(req_file) if not any(h.startswith("%s-%s-" % (n, v)) for h in have)]
+
+
+def cmd_wheelhouse(args):
+    req = os.path.join(config.REPO_DIR, "requirements-node.txt")
+    dest = config.wheelhouse_dir()
+    missing = _missing_wheels(req, dest)
+    if not missing:
+        print("wheelhouse: all %d pinned wheels present in %s" % (len(_wanted_wheels(req)), dest))
+        return 0
+    print(
+        "wheelhouse: downloading %d missing (%s) into %s" % (len(missing), ", ".join(n for n, _ in missing), dest),
+        flush=True,
+    )
+    os.makedirs(dest, exist_ok=True)
+    # Nodes run Debian's Python 3.11 on x86_64, whatever the controller runs.
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "-r",
+        req,
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--platform",
+        "manylinux2014_x86_64",
+        "--implementation",
+        "cp",
+        "-d",
+        dest,
+    ]
+    rc = subprocess.call(cmd)
+    if rc == 0:
+        print("wheelhouse: %d wheels in %s" % (len([f for f in os.listdir(dest) if f.endswith(".whl")]), dest))
+    return rc
+
+
+# -- up / down -----------------------------------------------------------------
+def cmd_up(args):
+    try:
+        podman.require("podman")
+        podman.require("runc")
+    except podman.PodmanError as e:
+        return _err(str(e))
+    if not podman.image_exists():
+        return _err("node image %s missing: run `python -m localcloud build-image` (or `make setup`)" % config.IMAGE)
+    pid = _daemon_pid()
+    if pid:
+        h = _health()
+        print("localcloud: already running (pid %d, %s, state %s)" % (pid, config.endpoint(), config.home()))
+        return 0 if h else _err("daemon pid %d does not answer on %s" % (pid, config.control_endpoint()))
+    home = config.home()
+    os.makedirs(home, exist_ok=True)
+    env = dict(config.podman_env(), DT_LOCALCLOUD_HOME=home, DT_LOCALCLOUD_PORT=str(config.port()))
+    env["PYTHONPATH"] = os.pathsep.join([config.REPO_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    start = time.monotonic()
+    with open(config.logfile(), "a") as logf:
+        # A new session: the daemon outlives this command and its terminal.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "localcloud", "daemon"],
+            cwd=config.REPO_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return _err("daemon exited (%d):\n%s" % (proc.returncode, _log_tail()))
+        h = _health()
+        if h and h.get("ready"):
+            print(
+                "localcloud: up in %.1f s: pid %d, endpoint %s, AMI %s (%s)"
+                % (time.monotonic() - start, proc.pid, config.endpoint(), h.get("ami"), config.AMI_NAME)
+            )
+            print(
+                'localcloud: state %s, log %s; `eval "$(python -m localcloud env)"` for the shell'
+                % (home, config.logfile())
+            )
+            return 0
+        time.sleep(0.2)
+    _stop_pid(proc.pid)
+    return _err("daemon did not become ready in %d s:\n%s" % (UP_TIMEOUT_S, _log_tail()))
+
+
+def _daemon_pid():
+    from .daemon import read_pid
+
+    return read_pid()
+
+
+def _stop_pid(pid, timeout=DOWN_TIMEOUT_S):
+    from .daemon import pid_alive
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def _orphans():
+    """Labelled containers whose owning cloud (state dir) has no live daemon."""
+    from .daemon import read_pid
+
+    out = podman.run(["ps", "-a", "--filter", "label=%s=1" % config.LABEL, "--format", "json"]).stdout or "[]"
+    names = []
+    for c in json.loads(out):
+        owner = (c.get("Labels") or {}).get(config.HOME_LABEL)
+        if owner != config.home() and (not owner or not read_pid(owner)):
+            names += (c.get("Names") or [])[:1]
+    return names
+
+
+def cmd_down(args):
+    from .reconciler import remove_all_containers
+
+    pid = _daemon_pid()
+    if pid:
+        print("localcloud: stopping daemon pid %d (removes its nodes) ..." % pid, flush=True)
+        if not _stop_pid(pid):
+            print("localcloud: daemon did not stop in %d s: killed" % DOWN_TIMEOUT_S)
+    else:
+        print("localcloud: daemon not running")
+    removed = []
+    if shutil.which("podman"):
+        removed = remove_all_containers(config.home())
+        for name in _orphans():
+            podman.remove(name)
+            removed.append(name)
+    # The cloud is gone with moto's memory: so are its file systems and nodes.
+    for d in (config.efs_dir(), os.path.join(config.home(), "instances")):
+        shutil.rmtree(d, ignore_errors=True)
+    for f in (config.pidfile(),):
+        if os.path.exists(f):
+            os.remove(f)
+    if removed:
+        print("localcloud: removed leftover containers: %s" % " ".join(removed))
+    print("localcloud: down")
+    return 0
+
+
+# -- status / env / interrupt ------------------------------------------------------
+def cmd_status(args):
+    pid = _daemon_pid()
+    if not pid:
+        print("localcloud: not running (state %s)" % config.home())
+        return 3 if args.check else 0
+    try:
+        code, snap = _control("/status")
+    except OSError as e:
+        return _err("daemon pid %d does not answer: %s" % (pid, e))
+    if args.json:
+        print(json.dumps(snap, indent=2, default=str))
+        return 0
+    print(
+        "daemon     pid %s, endpoint %s, control %s"
+        % (snap.get("pid"), snap.get("endpoint"), config.control_endpoint())
+    )
+    print("state      %s (log %s)" % (snap.get("home"), config.logfile()))
+    print("ami        %s = %s" % (config.AMI_NAME, snap.get("ami")))
+    rows = snap.get("instances", [])
+    print("instances  %d" % len(rows))
+    for i in rows:
+        extra = []
+        if i.get("lost"):
+            extra.append("LOST: " + i["lost"])
+        if i.get("interruption"):
+            extra.append("spot interruption at " + i["interruption"]["time"])
+        print(
+            "  %-21s %-10s %-13s %-15s container=%-8s imds=%s efs=%s %s"
+            % (
+                i["id"],
+                i["region"],
+                i["state"],
+                i.get("private_ip") or "-",
+                i.get("container") or "-",
+                "yes" if i.get("imds") else "no",
+                ",".join(i.get("efs") or []) or "-",
+                " ".join(extra),
+            )
+        )
+    efs = snap.get("efs", {})
+    print("efs        %d" % len(efs))
+    for fs, vpcs in sorted(efs.items()):
+        print("  %-21s %s  (mount targets in %s)" % (fs, config.efs_dir(fs), ",".join(vpcs) or "no VPC"))
+    return 0
+
+
+def cmd_env(args):
+    env = dict(
+        config.aws_env(),
+        CONTAINERS_CONF=config.CONTAINERS_CONF,
+        DT_STATE_DIR=config.clusters_dir(),
+        DT_LOCALCLOUD_HOME=config.home(),
+    )
+    for k, v in env.items():
+        print("export %s=%s" % (k, shlex.quote(v)))
+    return 0
+
+
+def cmd_interrupt(args):
+    if not _daemon_pid():
+        return _err("not running: `python -m localcloud up` first")
+    code, body = _control("/interrupt", {"instance_id": args.instance_id, "after": args.after})
+    if code != 200:
+        return _err(body.get("error", "interrupt failed (%d)" % code))
+    print(
+        "localcloud: %s: spot interruption notice served now (rebalance noticeTime %s); terminated at %s"
+        % (args.instance_id, body["noticeTime"], body["time"])
+    )
+    return 0
+
+
+def cmd_daemon(args):
+    from . import daemon
+
+    return daemon.run()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m localcloud", description="The embedded local cloud (moto + podman).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build-image", help="build %s with debootstrap (cached)" % config.IMAGE)
+    b.add_argument("--force", action="store_true", help="rebuild even when the image exists")
+    b.set_defaults(func=cmd_build_image)
+    sub.add_parser("wheelhouse", help="download node wheels (requirements-node.txt)").set_defaults(func=cmd_wheelhouse)
+    sub.add_parser("up", help="start the cloud in the background").set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop the cloud, remove every node (idempotent)").set_defaults(func=cmd_down)
+    s = sub.add_parser("status", help="daemon, instances, containers, EFS")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--check", action="store_true", help="exit 3 when not running")
+    s.set_defaults(func=cmd_status)
+    sub.add_parser("env", help="print export lines for a shell").set_defaults(func=cmd_env)
+    i = sub.add_parser("interrupt", help="schedule a spot interruption")
+    i.add_argument("instance_id")
+    i.add_argument("--after", type=float, default=120.0, help="seconds until termination (default 120, like EC2)")
+    i.set_defaults(func=cmd_interrupt)
+    sub.add_parser("daemon", help=argparse.SUPPRESS).set_defaults(func=cmd_daemon)
+    args = p.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except podman.PodmanError as e:
+        return _err(str(e))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""The one background process of the local cloud.
+
+It hosts moto's server (the control plane: all API state lives in this
+process's memory), the reconciler loop (the data plane) with the IMDS
+emulators, and a small control endpoint on 127.0.0.1 for `status` and
+`interrupt`. When it stops, the cloud is gone: containers are removed and
+moto's state is lost, like closing an AWS account.
+"""
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import boto3
+from botocore.config import Config
+
+from . import config, moto_compat
+from .reconciler import Reconciler, remove_all_containers
+
+log = logging.getLogger("localcloud.daemon")
+TICK_S = 1.0
+
+
+def client(service, region=config.REGION):
+    return boto3.client(
+        service,
+        region_name=region,
+        endpoint_url=config.endpoint(),
+        aws_access_key_id=config.ACCESS_KEY,
+        aws_secret_access_key=config.SECRET_KEY,
+        config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30),
+    )
+
+
+def moto_regions():
+    """Regions in which anything touched EC2 (moto creates backends lazily)."""
+    from moto.ec2.models import ec2_backends
+
+    regions = {config.REGION}
+    for _account, backends in list(ec2_backends.items()):
+        regions.update(list(backends.keys()))
+    return sorted(regions)
+
+
+def ensure_ami(ec2=None):
+    """Register the node AMI once (idempotent); returns its id."""
+    ec2 = ec2 or client("ec2")
+    found = ec2.describe_images(Owners=["self"], Filters=[{"Name": "name", "Values": [config.AMI_NAME]}])["Images"]
+    if found:
+        return found[0]["ImageId"]
+    return ec2.register_image(
+        Name=config.AMI_NAME,
+        Description="Debian 12 (bookworm) node for the dynatrain local cloud: %s" % config.IMAGE,
+        Architecture="x86_64",
+        VirtualizationType="hvm",
+        EnaSupport=True,
+        RootDeviceName="/dev/xvda",
+        BlockDeviceMappings=[{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 8, "VolumeType": "gp3"}}],
+    )["ImageId"]
+
+
+def port_free(port, host=config.HOST):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+class _Control(BaseHTTPRequestHandler):
+    def _reply(self, status, obj):
+        data = json.dumps(obj, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        d = self.server.daemon_state
+        if self.path == "/health":
+            return self._reply(
+                200, {"pid": os.getpid(), "ready": d["ready"], "home": config.home(), "ami": d.get("ami")}
+            )
+        if self.path == "/status":
+            snap = d["reconciler"].snapshot() if d.get("reconciler") else {}
+            snap.update(pid=os.getpid(), endpoint=config.endpoint(), ami=d.get("ami"), home=config.home())
+            return self._reply(200, snap)
+        self._reply(404, {"error": "not found"})
+
+    def do_POST(self):
+        d = self.server.daemon_state
+        if self.path != "/interrupt":
+            return self._reply(404, {"error": "not found"})
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            iid, after = body["instance_id"], float(body.get("after", 120))
+        except (ValueError, KeyError) as e:
+            return self._reply(400, {"error": "bad request: %s" % e})
+        intr = d["reconciler"].interrupt(iid, after)
+        if intr is None:
+            return self._reply(404, {"error": "%s is not a pending/running instance" % iid})
+        self._reply(200, {"instance_id": iid, **intr.instance_action(), **intr.rebalance()})
+
+    def log_message(self, fmt, *args):
+        log.debug("control: " + fmt, *args)
+
+
+def _clean_stale_state():
+    """Anything left by a previous daemon belongs to a cloud that no longer exists."""
+    stale = remove_all_containers(config.home())
+    if stale:
+        log.info("removed %d stale container(s) of a previous run", len(stale))
+    for d in (config.efs_dir(), os.path.join(config.home(), "instances")):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run():
+    home = config.home()
+    os.makedirs(home, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call is noise
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    for p in (config.port(), config.control_port()):
+        if not port_free(p):
+            log.error("port %s:%d is in use; another local cloud? (DT_LOCALCLOUD_PORT picks others)", config.HOST, p)
+            return 1
+    with open(config.pidfile(), "w") as f:
+        f.write("%d\n" % os.getpid())
+    state = {"ready": False}
+    control = ThreadingHTTPServer((config.HOST, config.control_port()), _Control)
+    control.daemon_threads = True
+    control.daemon_state = state
+    threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
+
+    from moto.server import ThreadedMotoServer
+
+    moto_compat.apply()
+    server = ThreadedMotoServer(ip_address=config.HOST, port=config.port(), verbose=False)
+    server.start()
+    reconciler = None
+    try:
+        log.info("moto server on %s (pid %d, state %s)", config.endpoint(), os.getpid(), home)
+        _clean_stale_state()
+        state["ami"] = ensure_ami()
+        log.info("AMI %s = %s", config.AMI_NAME, state["ami"])
+        reconciler = Reconciler(client, moto_regions, home)
+        state["reconciler"] = reconciler
+        state["ready"] = True
+        failures = 0
+        while not stop.is_set():
+            try:
+                reconciler.tick()
+                failures = 0
+            except Exception as e:  # a bad tick must not kill the cloud
+                failures += 1
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.exception("reconcile failed (%d in a row): %s", failures, e)
+            stop.wait(TICK_S)
+        log.info("stopping: removing nodes")
+        return 0
+    finally:
+        if reconciler:
+            reconciler.shutdown()
+        else:
+            remove_all_containers(home)
+        control.shutdown()
+        server.stop()
+        try:
+            os.remove(config.pidfile())
+        except FileNotFoundError:
+            pass
+        log.info("stopped")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours (tests) counts as gone.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def read_pid(home=None):
+    path = os.path.join(home, "localcloud.pid") if home else config.pidfile()
+    try:
+        with open(path) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None

@@ -1,0 +1,991 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2025, dynatrain maintainers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: ec2_elastic
+short_description: EC2 inventory of dynatrain elastic MXNet training clusters
+version_added: 0.1.0
+author:
+  - dynatrain maintainers
+description:
+  - Builds an inventory of the EC2 instances of one or more dynatrain training clusters,
+    in one or more regions, grouped by role, elastic-worker tag, elastic_worker_status,
+    lifecycle (spot / on-demand) and cluster.
+  - An instance belongs to cluster C when it carries the tag C(dynatrain:cluster=C).
+    Its role comes from the tag C(dynatrain:role) (V(master) or V(worker)); the
+    Dynamic Training tag C(NodeType=Master|Worker) is accepted as a fallback, and a node
+    carrying the elastic-worker tag and no role tag is a worker.
+  - "Groups: C(dt_master); C(dt_workers) (every node that runs a worker process, the master
+    included: every node whose role is master or worker); C(dt_base) (role worker, no
+    elastic-worker tag); C(dt_elastic) (nodes carrying the tag C(<C>-aws-dl-cfn-elastic-worker));
+    C(dt_status_add_queued), C(dt_status_added), C(dt_status_removal_queued),
+    C(dt_status_removed), C(dt_status_add_failed) (from the tag C(elastic_worker_status));
+    C(dt_spot); C(dt_cluster_<C>) (C with every character outside C([A-Za-z0-9_]) replaced by
+    C(_)). The fixed groups always exist, even when empty, so that playbooks can target them."
+  - "Host variables: C(dt_instance_id), C(dt_private_ip), C(dt_public_ip), C(dt_cluster),
+    C(dt_role) (V(master), V(worker) or null), C(dt_status) (the elastic_worker_status tag or null),
+    C(dt_lifecycle) (V(spot) or V(on-demand)), C(dt_instance_type), C(dt_gpu_count),
+    C(dt_region), C(dt_launch_time) (ISO 8601 string), C(dt_tags) (all tags as a dict),
+    C(dt_elastic) (bool), and C(dt_state), C(dt_availability_zone), C(dt_private_dns_name),
+    C(dt_public_dns_name), C(dt_vpc_id), C(dt_subnet_id), C(dt_image_id), C(dt_key_name).
+    Tags are exposed only under C(dt_tags), never as plain C(tags)."
+  - Each region costs one paginated C(DescribeInstances) call with server-side filters (the cluster
+    tag and the instance states V(pending), V(running), V(stopping), V(stopped)) and at most one
+    batched C(DescribeInstanceTypes) call for the instance types not yet known in this process;
+    regions are queried concurrently. There is no per-instance API call. Terminated and
+    shutting-down instances are always left out.
+  - C(dt_gpu_count) is the GPU count C(DescribeInstanceTypes) reports, 0 for types without GPUs.
+    An instance type the API does not know gives 0 and a warning, never a failure.
+  - The configuration file must be a YAML file whose name ends in C(ec2_elastic.yml) or
+    C(ec2_elastic.yaml), for example C(inventories/aws/aws.ec2_elastic.yml).
+  - Unknown options in the configuration file are an error (with a suggestion), not silently ignored.
+notes:
+  - Credentials are looked up in the usual boto3 order when O(aws_access_key_id) and O(profile)
+    are not set (environment, shared credentials/config files, container or instance role).
+  - "Caching is off by default; with O(cache=true) only the raw API results are cached
+    (instances and the GPU counts of their types), so a cached run makes no API call, while
+    C(meta: refresh_inventory) or C(--flush-cache) queries again."
+requirements:
+  - boto3
+  - botocore
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+options:
+  plugin:
+    description: Marks this file as a configuration of this plugin.
+    required: true
+    type: str
+    choices: ['dynatrain.elastic.ec2_elastic', 'ec2_elastic']
+  regions:
+    description:
+      - Regions to query; several regions are queried concurrently.
+      - When empty, the region of the boto3 session is used (C(AWS_REGION), C(AWS_DEFAULT_REGION)
+        or the profile's region); it is an error when there is none.
+    type: list
+    elements: str
+    default: []
+  clusters:
+    description:
+      - Names of the clusters (values of the C(dynatrain:cluster) tag) to include.
+      - When empty, every instance that carries a C(dynatrain:cluster) tag is included.
+    type: list
+    elements: str
+    default: []
+  filters:
+    description:
+      - Extra C(DescribeInstances) filters, as a dict of filter name to value or list of values,
+        added to every query (see
+        U(https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstances.html)).
+      - A C(instance-state-name) filter replaces the default states; terminated and
+        shutting-down instances are still left out.
+    type: dict
+    default: {}
+  include_filters:
+    description:
+      - A list of filter dicts; an instance matching any of them (and O(filters)) is included.
+      - Each entry costs one more C(DescribeInstances) call per region; keep the list short.
+    type: list
+    elements: dict
+    default: []
+  exclude_filters:
+    description:
+      - A list of filter dicts; an instance matching any of them is left out. Takes priority
+        over O(filters) and O(include_filters).
+      - Each entry costs one more C(DescribeInstances) call per region.
+    type: list
+    elements: dict
+    default: []
+  hostnames:
+    description:
+      - Inventory host name, in order of preference; the first one the instance has is used.
+      - "One of V(private-ip-address), V(instance-id), V(ip-address) (alias V(public-ip-address)),
+        V(dns-name) (alias V(public-dns-name)), V(private-dns-name), V(ipv6-address), or
+        V(tag:KEY) for the value of tag KEY (for example V(tag:Name))."
+      - When the chosen name is already used by another instance (for example the same private
+        address in two regions), the next preference is tried, with a warning; the instance id
+        is the last resort.
+    type: list
+    elements: str
+    default: ['private-ip-address', 'instance-id']
+  gpu_counts:
+    description:
+      - GPU counts by instance type that override (and skip) the C(DescribeInstanceTypes) lookup,
+        for example for types an API emulator does not know.
+    type: dict
+    default: {}
+  endpoint_url:
+    description:
+      - URL of the EC2 (and STS, for O(assume_role_arn)) API, for an AWS-compatible emulator
+        such as the embedded local cloud.
+      - When not set, botocore's own C(AWS_ENDPOINT_URL_EC2) and C(AWS_ENDPOINT_URL) environment
+        variables and C(endpoint_url) config-file settings apply.
+    type: str
+    aliases: ['aws_endpoint_url']
+  profile:
+    description:
+      - Named AWS profile (from C(~/.aws/config) / C(~/.aws/credentials)).
+      - Mutually exclusive with O(aws_access_key_id).
+    type: str
+    aliases: ['aws_profile']
+    env:
+      - name: AWS_PROFILE
+  aws_access_key_id:
+    description:
+      - AWS access key id.
+    type: str
+    aliases: ['access_key', 'aws_access_key']
+    env:
+      - name: AWS_ACCESS_KEY_ID
+      - name: AWS_ACCESS_KEY
+  aws_secret_access_key:
+    description:
+      - AWS secret access key.
+    type: str
+    aliases: ['secret_key', 'aws_secret_key']
+    env:
+      - name: AWS_SECRET_ACCESS_KEY
+      - name: AWS_SECRET_KEY
+  aws_session_token:
+    description:
+      - AWS STS session token, for temporary credentials.
+    type: str
+    aliases: ['session_token']
+    env:
+      - name: AWS_SESSION_TOKEN
+  assume_role_arn:
+    description:
+      - ARN of an IAM role to assume (with C(sts:AssumeRole)) before querying; the credentials
+        above must be allowed to assume it.
+    type: str
+    aliases: ['iam_role_arn']
+  strict_permissions:
+    description:
+      - When V(true), an access-denied answer (C(UnauthorizedOperation)) from a region is an error.
+      - When V(false), that region is skipped with a warning.
+    type: bool
+    default: true
+  validate_certs:
+    description:
+      - Verify the TLS certificate of the endpoint. C(AWS_CA_BUNDLE) selects a CA bundle.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+# inventories/local/localcloud.ec2_elastic.yml - the embedded local cloud
+plugin: dynatrain.elastic.ec2_elastic
+regions:
+  - us-east-1
+endpoint_url: http://127.0.0.1:4599
+aws_access_key_id: localcloud
+aws_secret_access_key: localcloud
+hostnames:
+  - private-ip-address
+compose:
+  ansible_host: dt_private_ip
+
+---
+# aws.ec2_elastic.yml - two clusters in two regions, public addresses, cached for 5 minutes
+plugin: dynatrain.elastic.ec2_elastic
+regions:
+  - us-east-1
+  - eu-west-1
+clusters:
+  - mnist
+  - resnet-50
+profile: training
+hostnames:
+  - tag:Name
+  - private-ip-address
+compose:
+  ansible_host: dt_public_ip | default(dt_private_ip, true)
+keyed_groups:
+  - key: dt_region
+    prefix: region
+  - key: dt_instance_type
+    prefix: type
+groups:
+  gpu_nodes: dt_gpu_count > 0
+cache: true
+cache_plugin: ansible.builtin.jsonfile
+cache_connection: ~/.cache/dynatrain-inventory
+cache_timeout: 300
+
+---
+# Only running nodes, without the ones being removed, in an account that cannot read every region
+plugin: dynatrain.elastic.ec2_elastic
+regions: [us-east-1, us-west-2, ap-northeast-1]
+assume_role_arn: arn:aws:iam::123456789012:role/dynatrain-inventory
+strict_permissions: false
+filters:
+  instance-state-name: running
+exclude_filters:
+  - tag:elastic_worker_status: [REMOVAL_QUEUED, REMOVED]
+gpu_counts:
+  p3.2xlarge: 1
+
+---
+# In a playbook: pick up instances launched by an earlier play
+# - name: Launch workers
+#   ...
+# - name: Re-read the EC2 inventory
+#   ansible.builtin.meta: refresh_inventory
+"""
+
+import concurrent.futures
+import datetime
+import difflib
+import re
+import threading
+
+try:
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+
+    HAS_BOTO3 = True
+except ImportError:
+    HAS_BOTO3 = False
+
+from ansible import constants as C
+from ansible.errors import AnsibleError
+from ansible.errors import AnsibleParserError
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.inventory import BaseInventoryPlugin
+from ansible.plugins.inventory import Cacheable
+from ansible.plugins.inventory import Constructable
+from ansible.utils.display import Display
+
+display = Display()
+
+CLUSTER_TAG = "dynatrain:cluster"
+ROLE_TAG = "dynatrain:role"
+NODE_TYPE_TAG = "NodeType"
+STATUS_TAG = "elastic_worker_status"
+ELASTIC_TAG_SUFFIX = "-aws-dl-cfn-elastic-worker"
+STATUSES = ("ADD_QUEUED", "ADDED", "REMOVAL_QUEUED", "REMOVED", "ADD_FAILED")
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+FIXED_GROUPS = (
+    "dt_master",
+    "dt_workers",
+    "dt_base",
+    "dt_elastic",
+    "dt_spot",
+) + tuple("dt_status_" + s.lower() for s in STATUSES)
+
+# hostnames preference -> instance attribute
+HOSTNAME_ATTRIBUTES = {
+    "private-ip-address": "PrivateIpAddress",
+    "instance-id": "InstanceId",
+    "ip-address": "PublicIpAddress",
+    "public-ip-address": "PublicIpAddress",
+    "dns-name": "PublicDnsName",
+    "public-dns-name": "PublicDnsName",
+    "private-dns-name": "PrivateDnsName",
+}
+HOSTNAME_SPECIAL = ("ipv6-address", "tag:KEY")
+
+# The parts of a DescribeInstances answer the plugin reads; this is what is cached.
+INSTANCE_KEYS = (
+    "InstanceId",
+    "InstanceType",
+    "State",
+    "Tags",
+    "PrivateIpAddress",
+    "PublicIpAddress",
+    "PrivateDnsName",
+    "PublicDnsName",
+    "LaunchTime",
+    "InstanceLifecycle",
+    "SpotInstanceRequestId",
+    "Placement",
+    "VpcId",
+    "SubnetId",
+    "ImageId",
+    "KeyName",
+    "Ipv6Address",
+)
+
+TYPES_PER_CALL = 100  # DescribeInstanceTypes accepts at most 100 InstanceTypes
+CACHE_FORMAT = 1
+DENIED_CODES = ("UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "OptInRequired")
+BAD_CREDENTIAL_CODES = (
+    "AuthFailure",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "RequestExpired",
+    "ExpiredToken",
+)
+CREDENTIALS_HINT = (
+    "set aws_access_key_id and aws_secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
+    "or profile (AWS_PROFILE), or run where an instance or container role is available"
+)
+
+
+# ---------------------------------------------------------------------------
+# Pure functions (unit-tested directly)
+# ---------------------------------------------------------------------------
+
+
+def tags_to_dict(tag_list):
+    """[{'Key': k, 'Value': v}, ...] -> {k: v}"""
+    return {t["Key"]: t.get("Value", "") for t in tag_list or ()}
+
+
+def sanitize_group_part(name):
+    """Group-name-safe form of a cluster name: every char outside [A-Za-z0-9_] becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", str(name))
+
+
+def cluster_group(cluster):
+    return "dt_cluster_" + sanitize_group_part(cluster)
+
+
+def elastic_tag_key(cluster):
+    """The tag that marks an elastic worker of `cluster` (DT's console workflow)."""
+    return f"{cluster}{ELASTIC_TAG_SUFFIX}"
+
+
+def node_role(tags, elastic=False):
+    """master | worker | None, from dynatrain:role, else NodeType, else the elastic-worker tag."""
+    role = (tags.get(ROLE_TAG) or "").strip().lower()
+    if role in ("master", "worker"):
+        return role
+    node_type = (tags.get(NODE_TYPE_TAG) or "").strip().lower()
+    if node_type in ("master", "worker"):
+        return node_type
+    return "worker" if elastic else None
+
+
+def iso_time(value):
+    """LaunchTime as an ISO 8601 string (boto3 gives datetime, a cache gives a string)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.isoformat()
+    return str(value)
+
+
+def json_safe(value):
+    """Datetimes -> ISO strings, recursively, so that fresh and cached results are identical."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return iso_time(value)
+    return value
+
+
+def trim_instance(instance):
+    """Keep the parts of a DescribeInstances instance the plugin reads (JSON-safe)."""
+    kept = {k: instance[k] for k in INSTANCE_KEYS if k in instance}
+    ipv6 = [
+        a["Ipv6Address"]
+        for ni in instance.get("NetworkInterfaces") or ()
+        for a in ni.get("Ipv6Addresses") or ()
+        if a.get("Ipv6Address")
+    ]
+    if ipv6 and "Ipv6Address" not in kept:
+        kept["Ipv6Address"] = ipv6[0]
+    return json_safe(kept)
+
+
+def region_of_zone(zone):
+    """us-east-1a -> us-east-1 (local zones us-west-2-lax-1a -> us-west-2-lax-1)."""
+    return zone[:-1] if zone else None
+
+
+def host_vars(instance, region, gpu_count):
+    """The dt_* host variables of one (trimmed or raw) DescribeInstances instance."""
+    tags = tags_to_dict(instance.get("Tags"))
+    cluster = tags.get(CLUSTER_TAG)
+    elastic = bool(cluster) and elastic_tag_key(cluster) in tags
+    status = tags.get(STATUS_TAG)
+    placement = instance.get("Placement") or {}
+    zone = placement.get("AvailabilityZone")
+    return {
+        "dt_instance_id": instance["InstanceId"],
+        "dt_private_ip": instance.get("PrivateIpAddress") or None,
+        "dt_public_ip": instance.get("PublicIpAddress") or None,
+        "dt_cluster": cluster,
+        "dt_role": node_role(tags, elastic),
+        "dt_status": status.strip().upper() if status else None,
+        "dt_lifecycle": "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand",
+        "dt_instance_type": instance.get("InstanceType"),
+        "dt_gpu_count": int(gpu_count or 0),
+        "dt_region": region or region_of_zone(zone),
+        "dt_launch_time": iso_time(instance.get("LaunchTime")),
+        "dt_tags": tags,
+        "dt_elastic": elastic,
+        "dt_state": (instance.get("State") or {}).get("Name"),
+        "dt_availability_zone": zone,
+        "dt_private_dns_name": instance.get("PrivateDnsName") or None,
+        "dt_public_dns_name": instance.get("PublicDnsName") or None,
+        "dt_vpc_id": instance.get("VpcId"),
+        "dt_subnet_id": instance.get("SubnetId"),
+        "dt_image_id": instance.get("ImageId"),
+        "dt_key_name": instance.get("KeyName"),
+    }
+
+
+def host_groups(hostvars):
+    """The dt_* groups a host with these host vars belongs to."""
+    groups = []
+    if hostvars.get("dt_cluster"):
+        groups.append(cluster_group(hostvars["dt_cluster"]))
+    role = hostvars.get("dt_role")
+    if role == "master":
+        groups += ["dt_master", "dt_workers"]
+    elif role == "worker":
+        groups.append("dt_workers")
+        if not hostvars.get("dt_elastic"):
+            groups.append("dt_base")
+    if hostvars.get("dt_elastic"):
+        groups.append("dt_elastic")
+    status = hostvars.get("dt_status")
+    if status in STATUSES:
+        groups.append("dt_status_" + status.lower())
+    if hostvars.get("dt_lifecycle") == "spot":
+        groups.append("dt_spot")
+    return groups
+
+
+def check_hostnames(preferences):
+    """Raise ValueError naming the bad entry when a hostnames preference is not supported."""
+    if not isinstance(preferences, (list, tuple)) or not preferences:
+        raise ValueError("hostnames must be a non-empty list")
+    for pref in preferences:
+        if not isinstance(pref, str):
+            raise ValueError(f"hostnames entries must be strings, got {pref!r}")
+        if pref in HOSTNAME_ATTRIBUTES or pref == "ipv6-address":
+            continue
+        if pref.startswith("tag:") and len(pref) > 4:
+            continue
+        known = sorted(HOSTNAME_ATTRIBUTES) + list(HOSTNAME_SPECIAL)
+        close = difflib.get_close_matches(pref, known, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"unsupported hostnames entry '{pref}'.{hint} Supported: {', '.join(known)}.")
+
+
+def hostname_candidates(instance, preferences):
+    """The names an instance could have, in order of preference (missing ones skipped)."""
+    names = []
+    tags = None
+    for pref in preferences:
+        if pref.startswith("tag:"):
+            if tags is None:
+                tags = tags_to_dict(instance.get("Tags"))
+            value = tags.get(pref[4:])
+        elif pref == "ipv6-address":
+            value = instance.get("Ipv6Address")
+        else:
+            value = instance.get(HOSTNAME_ATTRIBUTES.get(pref, ""))
+        if value and value not in names:
+            names.append(str(value))
+    return names
+
+
+def choose_hostname(instance, preferences, used):
+    """First candidate not used by another instance; instance id as the last resort.
+
+    Returns (name, skipped) where skipped lists the candidates taken by others."""
+    instance_id = instance["InstanceId"]
+    skipped = []
+    for name in hostname_candidates(instance, preferences):
+        owner = used.get(name)
+        if owner is None or owner == instance_id:
+            return name, skipped
+        skipped.append(name)
+    return instance_id, skipped
+
+
+def to_boto_filters(filters):
+    """{'tag:Name': 'x', 'instance-type': ['a', 'b']} -> [{'Name': ..., 'Values': [...]}]"""
+    result = []
+    for name, values in (filters or {}).items():
+        if not isinstance(values, (list, tuple)):
+            values = [values]
+        result.append({"Name": str(name), "Values": [str(v) for v in values]})
+    return result
+
+
+def base_filters(clusters, filters):
+    """Server-side filters of every query: cluster tag, live states, then the user's filters."""
+    merged = {}
+    if clusters:
+        merged["tag:" + CLUSTER_TAG] = list(clusters)
+    else:
+        merged["tag-key"] = [CLUSTER_TAG]
+    merged["instance-state-name"] = list(LIVE_STATES)
+    for name, value in (filters or {}).items():
+        if name == "tag-key" and "tag-key" in merged and not clusters:
+            # tag-key values are OR-ed by EC2: keep the cluster-tag condition separate
+            merged["tag:" + CLUSTER_TAG] = ["*"]
+            del merged["tag-key"]
+        merged[name] = value
+    return to_boto_filters(merged)
+
+
+def query_plan(clusters, filters, include_filters, exclude_filters):
+    """(include filter lists, exclude filter lists) - one DescribeInstances call per list."""
+    includes = [base_filters(clusters, dict(filters or {}, **f)) for f in include_filters or ()]
+    if not includes:
+        includes = [base_filters(clusters, filters)]
+    excludes = [base_filters(clusters, f) for f in exclude_filters or ()]
+    return includes, excludes
+
+
+def gpu_count_of(type_info):
+    """GPU count from one DescribeInstanceTypes entry (0 without GpuInfo)."""
+    gpu_info = type_info.get("GpuInfo") or {}
+    return sum(int(g.get("Count") or 0) for g in gpu_info.get("Gpus") or ())
+
+
+def invalid_types_in(message, asked):
+    """Instance types named in an InvalidInstanceType message, restricted to those asked for."""
+    found = set(re.findall(r"[A-Za-z0-9-]+\.[A-Za-z0-9-]+", message or ""))
+    return sorted(found & set(asked))
+
+
+def error_code(exc):
+    return (getattr(exc, "response", None) or {}).get("Error", {}).get("Code", "")
+
+
+def keep_instance(instance, clusters):
+    """Client-side guard for what the server-side filters should already have done."""
+    if (instance.get("State") or {}).get("Name") not in LIVE_STATES:
+        return False
+    cluster = tags_to_dict(instance.get("Tags")).get(CLUSTER_TAG)
+    if not cluster:
+        return False
+    return not clusters or cluster in clusters
+
+
+# ---------------------------------------------------------------------------
+# Plugin
+# ---------------------------------------------------------------------------
+
+
+class _RegionSkipped(Exception):
+    """A region that strict_permissions: false lets us skip."""
+
+
+class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = "dynatrain.elastic.ec2_elastic"
+    INVENTORY_FILE_SUFFIXES = ("ec2_elastic.yml", "ec2_elastic.yaml")
+
+    # GPU counts by (endpoint, region, instance type), shared by every parse in this process
+    # (refresh_inventory): instance types do not change. None = unknown to the API.
+    _gpu_memo = {}
+    _gpu_memo_lock = threading.Lock()
+
+    # Options whose value may be a template (e.g. a lookup for a secret).
+    TEMPLATABLE = (
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "profile",
+        "endpoint_url",
+        "assume_role_arn",
+        "regions",
+        "clusters",
+    )
+
+    def __init__(self):
+        super().__init__()
+        self._warnings = []
+
+    # -- config ------------------------------------------------------------
+
+    def verify_file(self, path):
+        if not super().verify_file(path):
+            return False
+        if path.endswith(self.INVENTORY_FILE_SUFFIXES):
+            return True
+        if path.endswith((".yml", ".yaml")) and self._names_this_plugin(path):
+            display.warning(
+                f"{path} configures {self.NAME} but is ignored: the file name must end in "
+                f"'ec2_elastic.yml' or 'ec2_elastic.yaml' (rename it, e.g. to 'aws.ec2_elastic.yml')."
+            )
+        return False
+
+    def _names_this_plugin(self, path):
+        try:
+            with open(path, "r", encoding="utf-8") as handle:
+                text = handle.read(65536)
+        except (OSError, UnicodeDecodeError):
+            return False
+        return re.search(r"^plugin:\s*['\"]?(dynatrain\.elastic\.)?ec2_elastic['\"]?\s*$", text, re.M) is not None
+
+    def _check_unknown_options(self, config, path):
+        definitions = C.config.get_configuration_definitions("inventory", self._load_name) or {}
+        known = set(definitions)
+        for definition in definitions.values():
+            known.update(definition.get("aliases") or ())
+        unknown = sorted(str(k) for k in config if k not in known)
+        if not unknown:
+            return
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise AnsibleParserError(
+            f"{path}: unknown option(s) for {self.NAME}: {', '.join(hints)}. "
+            f"See 'ansible-doc -t inventory {self.NAME}' for the options."
+        )
+
+    def _opt(self, name):
+        value = self.get_option(name)
+        if name in self.TEMPLATABLE and value and self.templar is not None:
+            if isinstance(value, list):
+                return [self._template(v) for v in value]
+            return self._template(value)
+        return value
+
+    def _template(self, value):
+        if isinstance(value, str) and self.templar.is_template(value):
+            return self.templar.template(value)
+        return value
+
+    def _warn(self, message):
+        self._warnings.append(message)
+
+    def _flush_warnings(self):
+        seen = set()
+        for message in self._warnings:
+            if message not in seen:
+                seen.add(message)
+                display.warning(message)
+        self._warnings = []
+
+    # -- boto3 ---------------------------------------------------------------
+
+    def _session(self):
+        key_id = self._opt("aws_access_key_id")
+        secret = self._opt("aws_secret_access_key")
+        token = self._opt("aws_session_token")
+        profile = self._opt("profile")
+        if bool(key_id) != bool(secret):
+            raise AnsibleParserError(
+                f"{self.NAME}: aws_access_key_id and aws_secret_access_key must be set together "
+                "(one of them is missing from the config file or the environment)."
+            )
+        kwargs = {}
+        if key_id:
+            kwargs.update(aws_access_key_id=key_id, aws_secret_access_key=secret, aws_session_token=token or None)
+        elif profile:
+            kwargs["profile_name"] = profile
+        try:
+            session = boto3.session.Session(**kwargs)
+        except botocore.exceptions.ProfileNotFound as e:
+            raise AnsibleParserError(
+                f"{self.NAME}: AWS profile '{profile}' not found ({to_native(e)}); "
+                "check the profile option / AWS_PROFILE and ~/.aws/config."
+            )
+        if session.get_credentials() is None:
+            raise AnsibleParserError(f"{self.NAME}: no AWS credentials found; {CREDENTIALS_HINT}.")
+        role_arn = self._opt("assume_role_arn")
+        if role_arn:
+            session = self._assume_role(session, role_arn)
+        return session
+
+    def _client_config(self):
+        return botocore.config.Config(
+            retries={"mode": "standard", "max_attempts": 3},
+            connect_timeout=10,
+            read_timeout=120,
+            user_agent_extra="dynatrain.elastic.ec2_elastic",
+        )
+
+    def _client(self, session, service, region):
+        return session.client(
+            service,
+            region_name=region,
+            endpoint_url=self._opt("endpoint_url") or None,
+            verify=bool(self.get_option("validate_certs")),
+            config=self._client_config(),
+        )
+
+    def _assume_role(self, session, role_arn):
+        try:
+            region = session.region_name or "us-east-1"
+            sts = self._client(session, "sts", region)
+            creds = sts.assume_role(RoleArn=role_arn, RoleSessionName="dynatrain_ec2_elastic_inventory")["Credentials"]
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            raise AnsibleParserError(
+                f"{self.NAME}: could not assume role {role_arn}: {to_native(e)}; check assume_role_arn and that "
+                "the base credentials may call sts:AssumeRole on it."
+            )
+        return boto3.session.Session(
+            aws_access_key_id=creds["AccessKeyId"],
+            aws_secret_access_key=creds["SecretAccessKey"],
+            aws_session_token=creds["SessionToken"],
+            region_name=session.region_name,
+        )
+
+    def _regions(self, session):
+        regions = [r for r in (self._opt("regions") or []) if r]
+        if not regions:
+            if session.region_name:
+                return [session.region_name]
+            raise AnsibleParserError(
+                f"{self.NAME}: no region to query; set 'regions' in the config file (or AWS_DEFAULT_REGION)."
+            )
+        known = set()
+        for partition in session.get_available_partitions():
+            known.update(session.get_available_regions("ec2", partition_name=partition))
+        for region in regions:
+            if region not in known:
+                close = difflib.get_close_matches(region, sorted(known), n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise AnsibleParserError(
+                    f"{self.NAME}: unknown region '{region}' in 'regions'.{hint} "
+                    "(A region newer than this botocore needs a botocore upgrade.)"
+                )
+        return list(dict.fromkeys(regions))
+
+    def _api_error(self, exc, region, client, action):
+        """AnsibleParserError (or _RegionSkipped) that says what to fix."""
+        endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None) or "the default endpoint"
+        if isinstance(exc, botocore.exceptions.NoCredentialsError):
+            return AnsibleParserError(f"{self.NAME}: no AWS credentials found; {CREDENTIALS_HINT}.")
+        if isinstance(exc, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionError)):
+            return AnsibleParserError(
+                f"{self.NAME}: could not connect to the EC2 API at {endpoint} (region {region}): {to_native(exc)}. "
+                "Check endpoint_url (or AWS_ENDPOINT_URL) and that the service is up "
+                "(for the local cloud: python -m localcloud up)."
+            )
+        code = error_code(exc)
+        if code in DENIED_CODES:
+            message = (
+                f"{self.NAME}: not allowed to call {action} in region {region} ({code}). Grant "
+                "ec2:DescribeInstances and ec2:DescribeInstanceTypes, or set strict_permissions: false "
+                "to skip regions you cannot read."
+            )
+            if not self.get_option("strict_permissions"):
+                return _RegionSkipped(f"{self.NAME}: skipping region {region}: {action} was denied ({code}).")
+            return AnsibleParserError(message)
+        if code in BAD_CREDENTIAL_CODES:
+            return AnsibleParserError(
+                f"{self.NAME}: the AWS credentials were rejected in region {region} ({code}: "
+                f"{to_native(exc)}); {CREDENTIALS_HINT}."
+            )
+        return AnsibleParserError(f"{self.NAME}: {action} failed in region {region} at {endpoint}: {to_native(exc)}")
+
+    # -- queries ---------------------------------------------------------------
+
+    def _describe(self, client, filters):
+        paginator = client.get_paginator("describe_instances")
+        for page in paginator.paginate(Filters=filters):
+            for reservation in page.get("Reservations") or ():
+                yield from reservation.get("Instances") or ()
+
+    def _query_region(self, client, region, includes, excludes, clusters, gpu_overrides):
+        """Raw results of one region: {'instances': [...], 'gpus': {type: count or None}}."""
+        try:
+            excluded = set()
+            for filters in excludes:
+                excluded.update(i["InstanceId"] for i in self._describe(client, filters))
+            found = {}
+            for filters in includes:
+                for instance in self._describe(client, filters):
+                    iid = instance["InstanceId"]
+                    if iid not in excluded and iid not in found and keep_instance(instance, clusters):
+                        found[iid] = trim_instance(instance)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            raise self._api_error(e, region, client, "ec2:DescribeInstances")
+        instances = [found[k] for k in sorted(found)]
+        types = sorted({i.get("InstanceType") for i in instances if i.get("InstanceType")} - set(gpu_overrides))
+        return {"instances": instances, "gpus": self._gpu_counts(client, region, types)}
+
+    def _gpu_counts(self, client, region, types):
+        """GPU count per type (None = unknown to the API), batched, memoised per process."""
+        endpoint = getattr(client.meta, "endpoint_url", "")
+        result = {}
+        with self._gpu_memo_lock:
+            for t in types:
+                key = (endpoint, region, t)
+                if key in self._gpu_memo:
+                    result[t] = self._gpu_memo[key]
+        todo = [t for t in types if t not in result]
+        for start in range(0, len(todo), TYPES_PER_CALL):
+            batch = todo[start:start + TYPES_PER_CALL]
+            try:
+                looked_up = self._describe_types(client, batch)
+            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+                self._warn(
+                    f"{self.NAME}: ec2:DescribeInstanceTypes failed in region {region} ({error_code(e) or to_native(e)}); "
+                    f"dt_gpu_count is 0 for {', '.join(batch)}."
+                )
+                result.update({t: 0 for t in batch})
+                continue
+            with self._gpu_memo_lock:
+                for t, count in looked_up.items():
+                    self._gpu_memo[(endpoint, region, t)] = count
+            result.update(looked_up)
+        return result
+
+    def _describe_types(self, client, batch):
+        """{type: gpu count or None}; InvalidInstanceType for some types does not lose the others."""
+        counts = {}
+        pending = list(batch)
+        while pending:
+            try:
+                answer = client.describe_instance_types(InstanceTypes=pending)
+            except botocore.exceptions.ClientError as e:
+                if error_code(e) != "InvalidInstanceType":
+                    raise
+                bad = invalid_types_in(e.response.get("Error", {}).get("Message", ""), pending)
+                if not bad:
+                    if len(pending) == 1:
+                        bad = pending
+                    else:  # message not understood: ask one by one
+                        for t in pending:
+                            counts.update(self._describe_types(client, [t]))
+                        return counts
+                for t in bad:
+                    counts[t] = None
+                pending = [t for t in pending if t not in bad]
+                continue
+            for info in answer.get("InstanceTypes") or ():
+                counts[info["InstanceType"]] = gpu_count_of(info)
+            for t in pending:
+                counts.setdefault(t, None)
+            pending = []
+        return counts
+
+    def _query(self):
+        session = self._session()
+        regions = self._regions(session)
+        clusters = list(self._opt("clusters") or [])
+        includes, excludes = query_plan(
+            clusters,
+            self.get_option("filters"),
+            self.get_option("include_filters"),
+            self.get_option("exclude_filters"),
+        )
+        gpu_overrides = self.get_option("gpu_counts") or {}
+        # boto3 sessions are not thread-safe, clients are: make them here, use them in threads.
+        clients = {region: self._client(session, "ec2", region) for region in regions}
+        results = {}
+        errors = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(regions))) as pool:
+            futures = {
+                pool.submit(self._query_region, clients[r], r, includes, excludes, clusters, gpu_overrides): r
+                for r in regions
+            }
+            for future in concurrent.futures.as_completed(futures):
+                region = futures[future]
+                try:
+                    results[region] = future.result()
+                except _RegionSkipped as e:
+                    self._warn(str(e))
+                except AnsibleError as e:
+                    errors.append((regions.index(region), e))
+        if errors:
+            raise sorted(errors, key=lambda x: x[0])[0][1]
+        return {
+            "format": CACHE_FORMAT,
+            "regions": {r: results[r] for r in regions if r in results},
+        }
+
+    def _signature(self):
+        """What the cached result depends on besides the file path."""
+        return repr(
+            (
+                self._opt("regions"),
+                self._opt("clusters"),
+                self.get_option("filters"),
+                self.get_option("include_filters"),
+                self.get_option("exclude_filters"),
+                self._opt("endpoint_url"),
+                self._opt("assume_role_arn"),
+            )
+        )
+
+    # -- inventory -------------------------------------------------------------
+
+    def _populate(self, results):
+        preferences = self.get_option("hostnames")
+        gpu_overrides = self.get_option("gpu_counts") or {}
+        compose = self.get_option("compose")
+        groups = self.get_option("groups")
+        keyed_groups = self.get_option("keyed_groups")
+        strict = self.get_option("strict")
+        inventory = self.inventory
+        for group in FIXED_GROUPS:
+            inventory.add_group(group)
+        used = {}
+        for region, data in results["regions"].items():
+            gpus = data.get("gpus") or {}
+            for instance in data.get("instances") or ():
+                itype = instance.get("InstanceType")
+                if itype in gpu_overrides:
+                    gpu = gpu_overrides[itype]
+                else:
+                    gpu = gpus.get(itype)
+                    if gpu is None:
+                        self._warn(
+                            f"{self.NAME}: instance type {itype} is unknown to ec2:DescribeInstanceTypes in "
+                            f"region {region}; dt_gpu_count is 0 (set gpu_counts: {{{itype}: N}} to override)."
+                        )
+                hv = host_vars(instance, region, gpu)
+                name, skipped = choose_hostname(instance, preferences, used)
+                if skipped:
+                    self._warn(
+                        f"{self.NAME}: {hv['dt_instance_id']} ({region}) cannot be named {', '.join(skipped)}: "
+                        f"already used by {used[skipped[0]]}; using '{name}'."
+                    )
+                used[name] = hv["dt_instance_id"]
+                inventory.add_host(name)
+                for group in host_groups(hv):
+                    inventory.add_child(inventory.add_group(group), name)
+                for key, value in hv.items():
+                    inventory.set_variable(name, key, value)
+                if compose:
+                    self._set_composite_vars(compose, hv, name, strict=strict)
+                if groups:
+                    self._add_host_to_composed_groups(groups, hv, name, strict=strict)
+                if keyed_groups:
+                    self._add_host_to_keyed_groups(keyed_groups, hv, name, strict=strict)
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        if not HAS_BOTO3:
+            raise AnsibleParserError(f"{self.NAME} requires boto3 and botocore on the controller: pip install boto3")
+        config = self._read_config_data(path)
+        self._check_unknown_options(config, path)
+        try:
+            check_hostnames(self.get_option("hostnames"))
+        except ValueError as e:
+            raise AnsibleParserError(f"{path}: {e}")
+
+        use_cache = bool(self.get_option("cache"))
+        cache_key = self.get_cache_key(path)
+        signature = self._signature()
+        results = None
+        if use_cache and cache:
+            try:
+                cached = self._cache[cache_key]
+            except KeyError:
+                cached = None
+            if isinstance(cached, dict) and cached.get("format") == CACHE_FORMAT and cached.get("signature") == signature:
+                results = cached
+        fetched = results is None
+        if fetched:
+            results = self._query()
+            results["signature"] = signature
+        try:
+            self._populate(results)
+        finally:
+            self._flush_warnings()
+        if use_cache and fetched:
+            self._cache[cache_key] = results

@@ -1,0 +1,75 @@
+"""CLI pieces that need no daemon: env, wheel bookkeeping, preflight messages."""
+
+import os
+
+import pytest
+
+from localcloud import cli, config, podman
+
+
+def test_env_prints_exports(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DT_LOCALCLOUD_HOME", str(tmp_path))
+    monkeypatch.delenv("DT_LOCALCLOUD_PORT", raising=False)
+    assert cli.main(["env"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "export AWS_ENDPOINT_URL=http://127.0.0.1:4599" in out
+    assert "export AWS_ACCESS_KEY_ID=localcloud" in out
+    assert "export AWS_SECRET_ACCESS_KEY=localcloud" in out
+    assert "export AWS_DEFAULT_REGION=us-east-1" in out
+    assert "export CONTAINERS_CONF=%s" % config.CONTAINERS_CONF in out
+    assert "export DT_STATE_DIR=%s" % os.path.join(str(tmp_path), "clusters") in out
+
+
+def test_default_home_is_repo_dot_localcloud(monkeypatch):
+    monkeypatch.delenv("DT_LOCALCLOUD_HOME", raising=False)
+    assert config.home() == os.path.join(config.REPO_DIR, ".localcloud")
+    assert os.path.isfile(config.CONTAINERS_CONF)
+
+
+def test_containers_conf_has_the_tested_settings():
+    text = open(config.CONTAINERS_CONF).read()
+    for needle in (
+        'runtime = "runc"',
+        'cgroup_manager = "cgroupfs"',
+        'events_logger = "file"',
+        '"nofile=1024:20000"',
+        '"nproc=4096:4096"',
+    ):
+        assert needle in text
+
+
+def test_wheel_bookkeeping(tmp_path):
+    req = tmp_path / "req.txt"
+    req.write_text("# c\nmxnet==1.9.1\nscikit-learn==1.5.2  # x\ncharset-normalizer==3.5.2\n\n")
+    assert cli._wanted_wheels(str(req)) == [
+        ("mxnet", "1.9.1"),
+        ("scikit_learn", "1.5.2"),
+        ("charset_normalizer", "3.5.2"),
+    ]
+    wd = tmp_path / "w"
+    wd.mkdir()
+    (wd / "mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl").write_text("")
+    (wd / "scikit_learn-1.5.2-cp311-cp311-manylinux_2_17_x86_64.whl").write_text("")
+    assert cli._missing_wheels(str(req), str(wd)) == [("charset_normalizer", "3.5.2")]
+
+
+def test_missing_tool_names_debian_package(monkeypatch):
+    monkeypatch.setattr(podman.shutil, "which", lambda tool: None)
+    with pytest.raises(podman.PodmanError, match=r"apt-get install debootstrap"):
+        podman.require("debootstrap")
+
+
+def test_up_without_image_says_how_to_build(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DT_LOCALCLOUD_HOME", str(tmp_path))
+    monkeypatch.setattr(podman, "require", lambda tool: None)
+    monkeypatch.setattr(podman, "image_exists", lambda image=config.IMAGE: False)
+    assert cli.main(["up"]) == 1
+    assert "build-image" in capsys.readouterr().err
+
+
+def test_down_when_nothing_runs_is_ok(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("DT_LOCALCLOUD_HOME", str(tmp_path))
+    monkeypatch.setattr(cli.shutil, "which", lambda tool: None)  # no podman calls
+    assert cli.main(["down"]) == 0
+    assert cli.main(["down"]) == 0
+    assert "down" in capsys.readouterr().out

@@ -1,0 +1,439 @@
+"""Unit tests for the dynatrain.elastic.host_worker module (no network)."""
+import json
+import multiprocessing
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dynatrain.elastic.plugins.module_utils import host_worker_file as hwf
+from ansible_collections.dynatrain.elastic.plugins.modules import host_worker
+
+MASTER = "10.0.0.1"
+
+
+@pytest.fixture
+def efs(tmp_path):
+    """A fake shared volume with host_worker (two base workers + master) and an empty log."""
+    path = tmp_path / "host_worker"
+    path.write_text("# base workers\n10.0.0.2\n10.0.0.3\n# master\n10.0.0.1\n")
+    os.chmod(str(path), 0o664)
+    (tmp_path / "host_worker_log").write_text("0 ADDED 10.0.0.2 1\n1 ADDED 10.0.0.3 2\n")
+    return tmp_path
+
+
+def params(efs, **kw):
+    out = dict(path=str(efs / "host_worker"), hosts=[], state="present", wait=False, timeout=5,
+               protected=[], master=None, log_path=None, launcher_log=None, lock_timeout=5)
+    out.update(kw)
+    return out
+
+
+def run(p, **kw):
+    kw.setdefault("poll_interval", 0.02)
+    return host_worker.run(p, **kw)
+
+
+def text(efs):
+    return (efs / "host_worker").read_text()
+
+
+def append_later(log, lines, delay):
+    def go():
+        time.sleep(delay)
+        with open(log, "a") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+# --- add / remove / idempotence -------------------------------------------------------
+
+
+def test_add_inserts_before_master_and_keeps_mode(efs):
+    res = run(params(efs, hosts=["10.0.0.4", "10.0.0.5", "10.0.0.4"]))
+    assert res["changed"] is True
+    assert res["added"] == ["10.0.0.4", "10.0.0.5"]
+    assert res["removed"] == []
+    assert res["hosts"] == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", MASTER]
+    assert res["master"] == MASTER
+    assert text(efs) == "# base workers\n10.0.0.2\n10.0.0.3\n# master\n10.0.0.4\n10.0.0.5\n10.0.0.1\n"
+    assert stat.S_IMODE(os.stat(str(efs / "host_worker")).st_mode) == 0o664
+    assert (efs / "host_worker.lock").exists()
+    assert res["events"] == [] and res["waited_s"] == 0.0
+
+
+def test_add_is_idempotent(efs):
+    run(params(efs, hosts=["10.0.0.4"]))
+    before = text(efs)
+    res = run(params(efs, hosts=["10.0.0.4", "10.0.0.2", MASTER]))
+    assert res["changed"] is False
+    assert res["added"] == []
+    assert text(efs) == before
+
+
+def test_remove_and_idempotence(efs):
+    res = run(params(efs, hosts=["10.0.0.3"], state="absent"))
+    assert res["changed"] is True
+    assert res["removed"] == ["10.0.0.3"]
+    assert res["hosts"] == ["10.0.0.2", MASTER]
+    assert text(efs) == "# base workers\n10.0.0.2\n# master\n10.0.0.1\n"
+    res = run(params(efs, hosts=["10.0.0.3", "10.0.0.9"], state="absent"))
+    assert res["changed"] is False and res["removed"] == []
+
+
+def test_new_file_with_master(tmp_path):
+    p = params(tmp_path, hosts=[MASTER, "10.0.0.2"], master=MASTER)
+    res = run(p)
+    assert res["changed"] is True
+    assert (tmp_path / "host_worker").read_text() == "10.0.0.2\n10.0.0.1\n"
+    assert res["added"] == ["10.0.0.2", MASTER]
+    assert stat.S_IMODE(os.stat(str(tmp_path / "host_worker")).st_mode) == 0o644
+    assert run(p)["changed"] is False
+
+
+def test_new_file_master_only(tmp_path):
+    res = run(params(tmp_path, master=MASTER))
+    assert res["changed"] is True and res["hosts"] == [MASTER]
+
+
+def test_new_file_without_master_last_host_is_master(tmp_path):
+    res = run(params(tmp_path, hosts=["10.0.0.2", MASTER]))
+    assert res["hosts"] == ["10.0.0.2", MASTER] and res["master"] == MASTER
+
+
+def test_absent_on_missing_file_does_not_create_it(tmp_path):
+    res = run(params(tmp_path, hosts=["10.0.0.2"], state="absent", master=MASTER))
+    assert res["changed"] is False
+    assert not (tmp_path / "host_worker").exists()
+
+
+def test_master_matches_file(efs):
+    assert run(params(efs, hosts=["10.0.0.4"], master=MASTER))["changed"] is True
+
+
+# --- check mode and diff ---------------------------------------------------------------
+
+
+def test_check_mode_leaves_file_untouched(efs):
+    before = text(efs)
+    mtime = os.stat(str(efs / "host_worker")).st_mtime_ns
+    res = run(params(efs, hosts=["10.0.0.4"], wait=True), check_mode=True, diff_mode=True)
+    assert res["changed"] is True
+    assert res["added"] == ["10.0.0.4"]
+    assert res["hosts"] == ["10.0.0.2", "10.0.0.3", "10.0.0.4", MASTER]
+    assert res["waited_s"] == 0.0
+    assert text(efs) == before
+    assert os.stat(str(efs / "host_worker")).st_mtime_ns == mtime
+    assert not (efs / "host_worker.lock").exists()
+
+
+def test_diff_before_after(efs):
+    before = text(efs)
+    res = run(params(efs, hosts=["10.0.0.2"], state="absent"), diff_mode=True)
+    assert res["diff"]["before"] == before
+    assert res["diff"]["after"] == "# base workers\n10.0.0.3\n# master\n10.0.0.1\n"
+    assert res["diff"]["after"] == text(efs)
+    assert res["diff"]["before_header"] == str(efs / "host_worker")
+
+
+def test_diff_new_file(tmp_path):
+    res = run(params(tmp_path, hosts=["10.0.0.2"], master=MASTER), check_mode=True, diff_mode=True)
+    assert res["diff"]["before"] == ""
+    assert res["diff"]["after"] == "10.0.0.2\n10.0.0.1\n"
+    assert "absent" in res["diff"]["before_header"]
+    assert not (tmp_path / "host_worker").exists()
+
+
+def test_no_diff_key_without_diff_mode(efs):
+    assert "diff" not in run(params(efs, hosts=["10.0.0.4"]))
+
+
+# --- refusals: nothing changes -----------------------------------------------------------
+
+
+def assert_fails(efs, match, **kw):
+    before = text(efs) if (efs / "host_worker").exists() else None
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, **kw))
+    assert info.match(match), info.value.msg
+    after = text(efs) if (efs / "host_worker").exists() else None
+    assert after == before
+    assert info.value.result["changed"] is False
+    return info.value
+
+
+def test_refuse_remove_master(efs):
+    err = assert_fails(efs, r"refusing to remove 10\.0\.0\.1 \(the master\)", hosts=["10.0.0.2", MASTER],
+                       state="absent")
+    assert "nothing was changed" in err.msg
+
+
+def test_refuse_remove_master_given_as_option(tmp_path):
+    (tmp_path / "host_worker").write_text("")
+    assert_fails(tmp_path, "the master", hosts=[MASTER], state="absent", master=MASTER)
+
+
+def test_refuse_remove_protected(efs):
+    assert_fails(efs, r"refusing to remove 10\.0\.0\.2 \(protected\)", hosts=["10.0.0.2", "10.0.0.3"],
+                 state="absent", protected=["10.0.0.2"])
+
+
+def test_master_mismatch(efs):
+    assert_fails(efs, "ends with 10.0.0.1.*master=10.0.0.9", hosts=["10.0.0.4"], master="10.0.0.9")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("hosts", ["10.0.0.4", "10.0.0.300"]),
+    ("hosts", ["worker-4"]),
+    ("protected", ["nope"]),
+    ("master", "10.0.0"),
+])
+def test_invalid_address(efs, field, value):
+    err = assert_fails(efs, "invalid worker address", **{field: value})
+    assert "nothing was changed" in err.msg
+
+
+def test_malformed_file_names_line(efs):
+    (efs / "host_worker").write_text("10.0.0.2\n10.0.0.3 extra\n10.0.0.1\n")
+    assert_fails(efs, r"host_worker line 2 is malformed: '10\.0\.0\.3 extra'", hosts=["10.0.0.4"])
+
+
+def test_malformed_file_in_check_mode(efs):
+    (efs / "host_worker").write_text("10.0.0.2\n10.0.0.2\n")
+    with pytest.raises(host_worker.HostWorkerFailure, match="line 2 repeats 10.0.0.2"):
+        run(params(efs, hosts=["10.0.0.4"]), check_mode=True)
+
+
+def test_missing_directory(tmp_path):
+    p = params(tmp_path, hosts=["10.0.0.2"])
+    p["path"] = str(tmp_path / "not-mounted" / "host_worker")
+    with pytest.raises(host_worker.HostWorkerFailure, match="not-mounted of path does not exist"):
+        run(p)
+    assert not (tmp_path / "not-mounted").exists()
+
+
+def test_path_is_directory(tmp_path):
+    (tmp_path / "host_worker").mkdir()
+    with pytest.raises(host_worker.HostWorkerFailure, match="is a directory"):
+        run(params(tmp_path, hosts=["10.0.0.2"]))
+
+
+# --- wait ---------------------------------------------------------------------------------
+
+
+def test_wait_success_only_new_lines_count(efs):
+    log = str(efs / "host_worker_log")
+    # an old ADDED line for 10.0.0.4 (from an earlier membership) must not count
+    with open(log, "a") as handle:
+        handle.write("2 ADDED 10.0.0.4 3\n3 REMOVED 10.0.0.4 4\n")
+    t = append_later(log, ["4 ADDED 10.0.0.5 5", "5 ADDED 10.0.0.4 6"], 0.3)
+    res = run(params(efs, hosts=["10.0.0.4", "10.0.0.5"], wait=True, timeout=10))
+    t.join()
+    assert res["changed"] is True
+    assert res["events"] == ["4 ADDED 10.0.0.5 5", "5 ADDED 10.0.0.4 6"]
+    assert res["unconfirmed"] == []
+    assert 0.2 <= res["waited_s"] < 5
+
+
+def test_wait_remove_accepts_failed(efs):
+    log = str(efs / "host_worker_log")
+    t = append_later(log, ["2 REMOVED 10.0.0.2 3", "3 FAILED 10.0.0.3 4"], 0.2)
+    res = run(params(efs, hosts=["10.0.0.2", "10.0.0.3"], state="absent", wait=True, timeout=10))
+    t.join()
+    assert res["events"] == ["2 REMOVED 10.0.0.2 3", "3 FAILED 10.0.0.3 4"]
+
+
+def test_wait_nothing_to_change_returns_at_once(efs):
+    start = time.time()
+    res = run(params(efs, hosts=["10.0.0.2"], wait=True, timeout=30))
+    assert time.time() - start < 1
+    assert res["changed"] is False and res["waited_s"] == 0.0 and res["events"] == []
+
+
+def test_wait_missing_log_then_created(efs):
+    os.unlink(str(efs / "host_worker_log"))
+    t = append_later(str(efs / "host_worker_log"), ["0 ADDED 10.0.0.4 9"], 0.2)
+    res = run(params(efs, hosts=["10.0.0.4"], wait=True, timeout=10))
+    t.join()
+    assert res["events"] == ["0 ADDED 10.0.0.4 9"]
+
+
+def test_wait_custom_log_path_and_warns_malformed(efs):
+    log = str(efs / "custom_log")
+    warnings = []
+    t = append_later(log, ["not a log line", "0 ADDED 10.0.0.4 9"], 0.2)
+    res = run(params(efs, hosts=["10.0.0.4"], wait=True, timeout=10, log_path=log), warn=warnings.append)
+    t.join()
+    assert res["events"] == ["0 ADDED 10.0.0.4 9"]
+    assert len(warnings) == 1 and "not a log line" in warnings[0]
+
+
+def test_wait_timeout_names_hosts_and_shows_tail(efs):
+    (efs / "logs").mkdir()
+    launcher = efs / "logs" / "launcher.log"
+    launcher.write_text("".join("launcher line %d\n" % i for i in range(40)))
+    log = str(efs / "host_worker_log")
+    t = append_later(log, ["2 ADDED 10.0.0.5 3"], 0.1)
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, hosts=["10.0.0.4", "10.0.0.5", "10.0.0.6"], wait=True, timeout=0.6))
+    t.join()
+    err = info.value
+    assert "timed out after 0.6 s" in err.msg
+    assert "no ADDED line for 10.0.0.4, 10.0.0.6" in err.msg
+    assert "(confirmed: 10.0.0.5)" in err.msg
+    assert "stays in place" in err.msg
+    assert "launcher is writing its log" in err.msg
+    assert "last 20 lines of %s" % launcher in err.msg
+    assert "launcher line 39" in err.msg and "launcher line 20" in err.msg
+    assert "launcher line 19\n" not in err.msg
+    assert err.result["changed"] is True
+    assert err.result["unconfirmed"] == ["10.0.0.4", "10.0.0.6"]
+    assert err.result["events"] == ["2 ADDED 10.0.0.5 3"]
+    assert err.result["launcher_log_tail"][-1] == "launcher line 39"
+    assert err.result["waited_s"] >= 0.5
+    # the edit stays
+    assert "10.0.0.6" in hwf.read_hosts(str(efs / "host_worker"))
+
+
+def test_wait_timeout_launcher_not_running(efs):
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, hosts=["10.0.0.2"], state="absent", wait=True, timeout=0.2))
+    msg = info.value.msg
+    assert "no REMOVED/FAILED line for 10.0.0.2" in msg
+    assert "no launcher log at %s" % (efs / "logs" / "launcher.log") in msg
+    assert "appears not to be running" in msg
+
+
+def test_wait_timeout_stale_launcher_log(efs):
+    launcher = efs / "launcher.log"
+    launcher.write_text("last words\n")
+    old = time.time() - 3600
+    os.utime(str(launcher), (old, old))
+    os.unlink(str(efs / "host_worker_log"))
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, hosts=["10.0.0.4"], wait=True, timeout=0.2, launcher_log=str(launcher)))
+    msg = info.value.msg
+    assert "last written" in msg and "appears not to be running" in msg
+    assert "never confirmed a change" in msg
+    assert "last words" in msg
+
+
+def test_wait_add_reported_failed(efs):
+    t = append_later(str(efs / "host_worker_log"), ["2 FAILED 10.0.0.4 3"], 0.1)
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, hosts=["10.0.0.4"], wait=True, timeout=10))
+    t.join()
+    assert "reported a failure instead of ADDED for 10.0.0.4" in info.value.msg
+    assert info.value.result["waited_s"] < 5
+
+
+def test_wait_with_fake_clock():
+    """wait_for_log honours the timeout without real sleeping."""
+    now = [1000.0]
+
+    def clock():
+        return now[0]
+
+    def sleep(s):
+        now[0] += s
+
+    events, unconfirmed, rejected, waited = host_worker.wait_for_log(
+        "/nonexistent/host_worker_log", (0, -1), "present", ["10.0.0.4"], 300, sleep=sleep, clock=clock)
+    assert (events, unconfirmed, rejected) == ([], ["10.0.0.4"], [])
+    assert waited == 300
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+def _add_one(path, ip):
+    host_worker.run(dict(path=path, hosts=[ip], state="present", lock_timeout=60))
+
+
+def test_concurrent_writers_do_not_lose_updates(efs):
+    path = str(efs / "host_worker")
+    ips = ["10.0.1.%d" % i for i in range(1, 25)]
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_add_one, args=(path, ip)) for ip in ips]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    hosts = hwf.read_hosts(path)
+    assert sorted(hosts[:-1]) == sorted(["10.0.0.2", "10.0.0.3"] + ips)
+    assert hosts[-1] == MASTER
+
+
+def test_concurrent_threads_add_and_remove(efs):
+    path = str(efs / "host_worker")
+    errors = []
+
+    def worker(i):
+        try:
+            ip = "10.0.2.%d" % i
+            host_worker.run(dict(path=path, hosts=[ip], lock_timeout=60))
+            if i % 2:
+                host_worker.run(dict(path=path, hosts=[ip], state="absent", lock_timeout=60))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(1, 21)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    hosts = hwf.read_hosts(path)
+    assert sorted(hosts[2:-1]) == sorted("10.0.2.%d" % i for i in range(2, 21, 2))
+    assert hosts[-1] == MASTER
+
+
+def test_lock_held_elsewhere_fails_cleanly(efs):
+    before = text(efs)
+    with hwf.locked(str(efs / "host_worker")):
+        with pytest.raises(host_worker.HostWorkerFailure, match="could not lock"):
+            run(params(efs, hosts=["10.0.0.4"], lock_timeout=0.2))
+    assert text(efs) == before
+
+
+# --- through AnsibleModule --------------------------------------------------------------------
+
+
+def run_module(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as info:
+            host_worker.main()
+    out = json.loads(capsys.readouterr().out)
+    return info.value.code, out
+
+
+def test_main_apply_and_check(efs, capsys):
+    args = dict(path=str(efs / "host_worker"), hosts=["10.0.0.4"], _ansible_check_mode=True, _ansible_diff=True)
+    code, out = run_module(args, capsys)
+    assert code == 0 and out["changed"] is True and "10.0.0.4" not in text(efs)
+    assert "10.0.0.4" in out["diff"]["after"]
+    args.pop("_ansible_check_mode")
+    code, out = run_module(args, capsys)
+    assert code == 0 and out["changed"] is True and "10.0.0.4" in text(efs)
+    code, out = run_module(args, capsys)
+    assert code == 0 and out["changed"] is False
+    assert out["hosts"] == ["10.0.0.2", "10.0.0.3", "10.0.0.4", MASTER]
+
+
+def test_main_failure(efs, capsys):
+    code, out = run_module(dict(path=str(efs / "host_worker"), hosts=[MASTER], state="absent"), capsys)
+    assert code == 1 and out["failed"] is True
+    assert "the master" in out["msg"] and out["changed"] is False
+
+
+def test_main_rejects_bad_state(efs, capsys):
+    code, out = run_module(dict(path=str(efs / "host_worker"), state="gone"), capsys)
+    assert code == 1 and "state" in out["msg"]
