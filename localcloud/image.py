@@ -137,6 +137,7 @@ def build(force=False):
     if os.geteuid() != 0:
         raise podman.PodmanError("build-image needs root (debootstrap, chroot)")
     start = time.monotonic()
+    previous = podman.run(["image", "inspect", "--format", "{{.Id}}", config.IMAGE], check=False).stdout.strip()
     os.makedirs(config.home(), exist_ok=True)
     work = tempfile.mkdtemp(prefix="image-", dir=config.home())
     root = os.path.join(work, "rootfs")
@@ -181,6 +182,9 @@ def build(force=False):
         tar.wait()
         if tar.returncode != 0 or imp.returncode != 0:
             raise podman.PodmanError("podman import failed: %s" % imp.stderr.strip())
+        if previous:
+            # The old, now untagged image: gone unless a container still uses it.
+            podman.run(["rmi", previous], check=False)
         _say("built %s in %.0f s" % (config.IMAGE, time.monotonic() - start))
         return 0
     finally:

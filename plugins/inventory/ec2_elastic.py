@@ -655,6 +655,10 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             return self.templar.template(value)
         return value
 
+    def _in_file(self, name):
+        """True when option `name` was set in the config file (not from the environment)."""
+        return str((getattr(self, "_origins", None) or {}).get(name, "")).lower() == "direct"
+
     def _warn(self, message):
         self._warnings.append(message)
 
@@ -673,13 +677,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         secret = self._opt("aws_secret_access_key")
         token = self._opt("aws_session_token")
         profile = self._opt("profile")
-        if bool(key_id) != bool(secret):
-            raise AnsibleParserError(
-                f"{self.NAME}: aws_access_key_id and aws_secret_access_key must be set together "
-                "(one of them is missing from the config file or the environment)."
-            )
+        keys_in_file = self._in_file("aws_access_key_id") or self._in_file("aws_secret_access_key")
+        if profile and (key_id or secret):
+            if keys_in_file and self._in_file("profile"):
+                raise AnsibleParserError(
+                    f"{self.NAME}: profile and aws_access_key_id/aws_secret_access_key are mutually exclusive; "
+                    "set only one of them in the config file."
+                )
+            if self._in_file("profile") or not keys_in_file and not (key_id and secret):
+                key_id = secret = token = None  # an explicit profile beats keys from the environment
         kwargs = {}
-        if key_id:
+        if key_id or secret:
+            if not (key_id and secret):
+                raise AnsibleParserError(
+                    f"{self.NAME}: aws_access_key_id and aws_secret_access_key must be set together "
+                    "(one of them is missing from the config file or the environment)."
+                )
             kwargs.update(aws_access_key_id=key_id, aws_secret_access_key=secret, aws_session_token=token or None)
         elif profile:
             kwargs["profile_name"] = profile

@@ -30,7 +30,7 @@ description:
     host, on an invalid address, a malformed C(host_worker) file (the message
     names the line) or a missing directory.
 author:
-  - dynatrain maintainers
+  - dynatrain maintainers (@dynatrain)
 options:
   path:
     description:
@@ -397,7 +397,7 @@ def wait_for_log(log_path, position, state, pending, timeout, sleep=time.sleep, 
 def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, clock=time.time,
         poll_interval=POLL_INTERVAL):
     """The module's logic, without AnsibleModule. Returns the result or raises HostWorkerFailure."""
-    path = os.path.abspath(os.path.expanduser(params["path"]))
+    path = os.path.abspath(params["path"])
     directory = os.path.dirname(path)
     log_path = params.get("log_path") or default_log_path(path)
     launcher_log = params.get("launcher_log") or os.path.join(directory, "logs", "launcher.log")

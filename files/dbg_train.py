@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: dynatrain.elastic contributors
+# Apache License 2.0 (see LICENSE)
+"""Example elastic training script: a Gluon MLP on scikit-learn's digits (8x8, 10 classes).
+
+Runs under dt_launcher (kvstore dist_sync, one process per worker host) or alone
+(local kvstore, one worker).  Per epoch it prints loss/accuracy and appends an
+``epoch`` record to ``$EFS_MOUNT/events.jsonl``; at the end rank 0 writes
+``$EFS_MOUNT/results/final.json``.  Exit status: 0 = done, 75 = stopped at a
+boundary on the launcher's request (checkpoint written), other = failure.
+"""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import dt_elastic  # noqa: E402
+
+DEFAULT_DATA = os.environ.get("DT_DATA_PATH", "/var/lib/dynatrain/data/digits.npz")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="Elastic MXNet Gluon MLP on the digits data set")
+    ap.add_argument("--data", default=DEFAULT_DATA, help="prepared .npz (prepare_digits.py) [%(default)s]")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--global-batch", type=int, default=64,
+                    help="global batch (fixed-global) and the batch --lr is tuned for [%(default)s]")
+    ap.add_argument("--per-worker-batch", type=int, default=32, help="per-worker batch for fixed-per-worker")
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=42, help="init, sample order and split seed")
+    ap.add_argument("--val-fraction", type=float, default=0.2)
+    ap.add_argument("--batch-policy", choices=dt_elastic.BATCH_POLICIES, default="fixed-global")
+    ap.add_argument("--warmup-steps", type=int, default=0,
+                    help="linear LR warm-up after each world change (fixed-per-worker) [%(default)s]")
+    ap.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints (0 = only on stop)")
+    ap.add_argument("--checkpoint-dir", default=None, help="default $EFS_MOUNT/checkpoints")
+    ap.add_argument("--keep-checkpoints", type=int, default=2)
+    ap.add_argument("--audit-samples", action="store_true",
+                    help="record the sample indices of every committed step (test mode)")
+    ap.add_argument("--step-sleep", type=float, default=0.0, help="sleep per step, seconds (tests/benchmarks)")
+    ap.add_argument("--result", default=None, help="result JSON (default $EFS_MOUNT/results/final.json)")
+    ap.add_argument("--kvstore", default="dist_sync")
+    return ap.parse_args(argv)
+
+
+def load_data(path, seed, val_fraction):
+    if not os.path.exists(path):
+        sys.exit("train_digits: data %s not found: run prepare_digits.py --out %s first" % (path, path))
+    with np.load(path) as data:
+        x, y = data["x"].astype("float32"), data["y"].astype("float32")
+    perm = np.random.RandomState(seed).permutation(len(x))          # fixed train/val split
+    n_val = int(round(len(x) * val_fraction))
+    val, train = perm[:n_val], perm[n_val:]
+    return x[train], y[train], x[val], y[val]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    x_train, y_train, x_val, y_val = load_data(args.data, args.seed, args.val_fraction)
+    # MXNet is imported before the launcher assigns this (possibly pre-warmed) process its role.
+    import mxnet as mx
+    from mxnet import autograd, gluon, nd
+
+    el = dt_elastic.Elastic(num_samples=len(x_train), global_batch=args.global_batch, epochs=args.epochs,
+                            seed=args.seed, lr=args.lr, batch_policy=args.batch_policy,
+                            per_worker_batch=args.per_worker_batch, warmup_steps=args.warmup_steps,
+                            checkpoint_every=args.checkpoint_every, audit_samples=args.audit_samples,
+                            checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
+                            kvstore=args.kvstore)
+    mx.random.seed(args.seed)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(args.hidden, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net(nd.zeros((1, x_train.shape[1])))          # materialise shapes before a checkpoint load
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": args.momentum},
+                            kvstore=el.kv, update_on_kvstore=False)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    el.attach(net, trainer)
+    xv, yv = nd.array(x_val), y_val
+
+    def val_accuracy():
+        return float((net(xv).argmax(axis=1).asnumpy() == yv).mean())
+
+    def epoch_end(summary):
+        if el.rank != 0:
+            return
+        summary["val_acc"] = val_accuracy()
+        print("epoch %(epoch)d step %(step)d world %(world)d train_loss %(train_loss).4f train_acc %(train_acc).4f "
+              "val_acc %(val_acc).4f samples/s %(samples_per_s).1f" % summary, flush=True)
+        el.log_event("epoch", **summary)
+
+    el.on_epoch_end(epoch_end)
+    if el.rank == 0:
+        print("train_digits: rank 0 of %d, generation %d, start at epoch %d step %d (pos %d), %d train / %d val"
+              % (el.world, el.generation, el.epoch, el.step, el.pos, len(x_train), len(x_val)), flush=True)
+    for batch in el.batches():
+        idx = np.asarray(batch.indices)
+        x, y, w = nd.array(x_train[idx]), nd.array(y_train[idx]), nd.array(batch.weights)
+        with autograd.record():
+            out = net(x)
+            loss = loss_fn(out, y) * w
+        loss.backward()
+        trainer.step(batch.global_size)           # sum of all workers' gradients / global batch = mean
+        correct = float(((out.argmax(axis=1) == y) * w).sum().asscalar())
+        batch.report(loss=float(loss.sum().asscalar()), correct=correct)
+        if os.environ.get("DBG") and batch.step < 3: print("DBG", el.rank, batch.step, batch.global_size, len(batch.indices), sum(batch.indices), batch.loss, [float(p.data().asnumpy().sum()) for p in net.collect_params().values()], flush=True)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+    if el.finished and el.rank == 0:
+        acc = val_accuracy()
+        path = el.write_result({"val_acc": acc, "num_train": len(x_train), "num_val": len(x_val),
+                                "global_batch": args.global_batch, "batch_policy": args.batch_policy,
+                                "seed": args.seed}, path=args.result)
+        el.log_event("train_end", val_acc=acc, step=el.step, epoch=el.epoch, result=path)
+        print("train_digits: finished: val_acc %.4f after %d epochs, %d steps -> %s" % (acc, el.epoch, el.step, path),
+              flush=True)
+    return el.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Molecule stand-in for the training helper API."""

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Molecule stand-in for the elastic launcher: same command line, records it,
+runs the training script, and on SIGTERM stops it and exits 0."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--efs-mount", required=True)
+parser.add_argument("--python", required=True)
+parser.add_argument("--script", required=True)
+parser.add_argument("--transport", choices=["ssh", "local"], default="ssh")
+parser.add_argument("--ssh-user")
+parser.add_argument("--ssh-key")
+parser.add_argument("--known-hosts")
+parser.add_argument("--resize-at", choices=["step", "epoch"], default="step")
+parser.add_argument("--checkpoint-every")
+parser.add_argument("script_args", nargs=argparse.REMAINDER)
+args = parser.parse_args()
+
+with open(os.path.join(args.efs_mount, "launcher_args.json"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "pid": os.getpid(), "home": os.environ.get("HOME"),
+               "efs_env": os.environ.get("EFS_MOUNT")}, f)
+script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
+child = subprocess.Popen([args.python, args.script] + script_args)
+
+
+def stop(signum, _frame):
+    child.terminate()
+    child.wait()
+    with open(os.path.join(args.efs_mount, "launcher_exit"), "w") as f:
+        f.write("signal %d, checkpointed\n" % signum)
+    print("launcher: stopped on signal %d" % signum, flush=True)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+print("launcher: started %s" % child.pid, flush=True)
+child.wait()

@@ -1,0 +1,2 @@
+#!/usr/bin/env python3
+"""Molecule stand-in for the example prepare-data script."""
