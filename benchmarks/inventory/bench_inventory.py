@@ -14,6 +14,7 @@ import argparse
 import collections
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -92,6 +93,7 @@ class CountingApp:
 
 
 def start_server():
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     app = CountingApp(DomainDispatcherApplication(create_backend_app))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -1,0 +1,115 @@
+"""ansible-inventory / ansible-playbook with the plugin against a moto server on 127.0.0.1:
+endpoint_url, AWS_ENDPOINT_URL, the local-cloud config, and `meta: refresh_inventory`."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from moto.server import ThreadedMotoServer
+
+from ec2_elastic_testlib import ROOT, ec2_client, free_port, launch
+
+BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture
+def server():
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    yield f"http://127.0.0.1:{port}"
+    moto.stop()
+
+
+def ansible(tool, *args, env=None):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    full_env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true",
+                    PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    full_env.update(env or {})
+    return subprocess.run([os.path.join(BIN, tool), *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+def localcloud_inventory(tmp_path, endpoint):
+    """inventories/local with its endpoint pointed at this test's server."""
+    target = tmp_path / "local"
+    shutil.copytree(os.path.join(ROOT, "inventories", "local"), target)
+    cfg = target / "localcloud.ec2_elastic.yml"
+    cfg.write_text(cfg.read_text().replace("http://127.0.0.1:4599", endpoint))
+    assert endpoint in cfg.read_text()
+    return str(target)
+
+
+def test_localcloud_config_endpoint_url(tmp_path, server):
+    ec2 = ec2_client("us-east-1", endpoint_url=server)
+    master = launch(ec2, cluster="demo", role="master", instance_type="c5.large")[0]
+    launch(ec2, 2, cluster="demo", role="worker", instance_type="g4dn.xlarge")
+    proc = ansible("ansible-inventory", "-i", localcloud_inventory(tmp_path, server), "--list")
+    assert proc.returncode == 0, proc.stderr
+    listing = json.loads(proc.stdout)
+    (name,) = listing["dt_master"]["hosts"]
+    hostvars = listing["_meta"]["hostvars"][name]
+    assert hostvars["dt_instance_id"] == master
+    assert hostvars["ansible_host"] == hostvars["dt_private_ip"] == name
+    assert len(listing["dt_workers"]["hosts"]) == 3 and len(listing["dt_base"]["hosts"]) == 2
+
+
+def test_aws_endpoint_url_env(tmp_path, server):
+    launch(ec2_client("us-east-1", endpoint_url=server), cluster="demo", role="master")
+    cfg = tmp_path / "env.ec2_elastic.yml"
+    cfg.write_text("plugin: dynatrain.elastic.ec2_elastic\nregions: [us-east-1]\n")
+    proc = ansible("ansible-inventory", "-i", str(cfg), "--list",
+                   env={"AWS_ENDPOINT_URL": server, "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["dt_master"]["hosts"]) == 1
+
+
+def test_errors_reach_the_user(tmp_path):
+    bad = tmp_path / "typo.ec2_elastic.yml"
+    bad.write_text("plugin: dynatrain.elastic.ec2_elastic\nregion: us-east-1\n")
+    proc = ansible("ansible-inventory", "-i", str(bad), "--list", env={"ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"})
+    assert proc.returncode != 0
+    assert "did you mean 'regions'" in proc.stderr
+    wrong = tmp_path / "cluster.yml"
+    wrong.write_text("plugin: dynatrain.elastic.ec2_elastic\nregions: [us-east-1]\n")
+    proc = ansible("ansible-inventory", "-i", str(wrong), "--list")
+    assert "must end in 'ec2_elastic.yml' or 'ec2_elastic.yaml'" in proc.stderr
+
+
+def test_refresh_inventory_in_a_playbook(tmp_path, server):
+    ec2 = ec2_client("us-east-1", endpoint_url=server)
+    launch(ec2, cluster="demo", role="master")
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "import boto3\n"
+        f"ec2 = boto3.client('ec2', region_name='us-east-1', endpoint_url='{server}',"
+        " aws_access_key_id='a', aws_secret_access_key='b')\n"
+        "ec2.run_instances(ImageId='ami-12c6146b', MinCount=2, MaxCount=2, TagSpecifications=[{'ResourceType': 'instance',"
+        " 'Tags': [{'Key': 'dynatrain:cluster', 'Value': 'demo'}, {'Key': 'demo-aws-dl-cfn-elastic-worker', 'Value': ''},"
+        " {'Key': 'elastic_worker_status', 'Value': 'ADD_QUEUED'}]}])\n"
+    )
+    playbook = tmp_path / "refresh.yml"
+    playbook.write_text(f"""---
+- name: Launch and re-read
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Before
+      ansible.builtin.assert:
+        that: groups['dt_status_add_queued'] | length == 0 and groups['dt_workers'] | length == 1
+    - name: Launch two elastic workers
+      ansible.builtin.command: {sys.executable} {script}
+      changed_when: true
+    - name: Refresh
+      ansible.builtin.meta: refresh_inventory
+    - name: After
+      ansible.builtin.assert:
+        that: groups['dt_status_add_queued'] | length == 2 and groups['dt_workers'] | length == 3
+""")
+    proc = ansible("ansible-playbook", "-i", localcloud_inventory(tmp_path, server), str(playbook))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
