@@ -356,22 +356,43 @@ _EMIT_LOCK = threading.Lock()
 def _emit(kind, **fields):
     """One machine-readable line for the launcher (it reads our stdout)."""
     fields["kind"] = kind
-    line = MSG_PREFIX + json.dumps(fields, sort_keys=True) + "\n"
-    with _EMIT_LOCK:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+    line = (MSG_PREFIX + json.dumps(fields, sort_keys=True) + "\n").encode()
+    with _EMIT_LOCK:   # raw write: safe from the alive thread, even at interpreter exit
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(1, line)
 
 
 class _StdinChannel(object):
-    """Launcher -> process channel: first line = assignment, later lines = commands."""
+    """Launcher -> process channel: first line = assignment, later lines = commands.
+
+    Reads fd 0 with ``os.read`` (not ``sys.stdin``): a daemon thread blocked in a buffered
+    read aborts the interpreter at exit on Python 3.11 ("_enter_buffered_busy").
+    """
 
     def __init__(self):
         self.stop = None          # the launcher's stop request {"generation": g, "at": "step"|"epoch"}
         self._thread = None
+        self._buf = b""
+
+    def _readline(self):
+        while b"\n" not in self._buf:
+            try:
+                chunk = os.read(0, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                rest, self._buf = self._buf, b""
+                return rest.decode("utf-8", "replace")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace") + "\n"
 
     def read_assignment(self):
-        line = sys.stdin.readline()
-        if not line:
+        line = self._readline()
+        if not line.strip():
             sys.exit(EXIT_RETIRED)    # launcher went away before using us
         msg = json.loads(line)
         if msg.get("kind") == "retire":
@@ -398,7 +419,7 @@ class _StdinChannel(object):
 
     def _loop(self):
         while True:
-            line = sys.stdin.readline()
+            line = self._readline()
             if not line:
                 # the launcher (or our ssh session) is gone: nobody can coordinate us any more
                 os._exit(70)
@@ -419,6 +440,7 @@ def receive_assignment():
     if os.environ.get("DT_ASSIGN") != "stdin":
         return None
     chan = _StdinChannel()
+    _emit("ready", pid=os.getpid())
     msg = chan.read_assignment()
     for key, value in msg.get("env", {}).items():
         os.environ[str(key)] = str(value)
@@ -488,6 +510,8 @@ class Elastic(object):
         self._on_epoch_end = []
         self._control_len = _C_HEAD + (self.num_samples if self.audit else 0)
         self._meta_extra = {}
+        self._stop_checked = 0.0
+        self._stop_file = None
 
     # ----------------------------------------------------------------- setup / resume
     def on_epoch_end(self, fn):
@@ -522,6 +546,18 @@ class Elastic(object):
                 self.audit_log = meta.get("audit") or self.audit_log
             self.resumed_from = self.step
         self.kv.init(CONTROL_KEY, mx.nd.zeros((self._control_len,)))
+        # Initialise the Trainer's kvstore keys now and wait for the broadcast of rank 0's parameters
+        # to land.  Left lazy (first trainer.step), MXNet 1.9.1 dist_sync can race the broadcast pull
+        # against the first gradient push and hand rank 0 a corrupted weight (seen here: a layer's
+        # weights ~0 on rank 0 only, diverging training).
+        if getattr(trainer, "_kvstore_params", None) is not None and hasattr(trainer, "_init_kvstore"):
+            if not trainer._kv_initialized:
+                trainer._init_kvstore()
+            if trainer._params_to_init:
+                trainer._init_params()
+        mx.nd.waitall()
+        if "dist" in self.kv.type:
+            self.kv._barrier()
         mx.random.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
         self._emit_hb("started", force=True)
@@ -564,7 +600,11 @@ class Elastic(object):
                 and int(self.channel.stop.get("generation", -1)) == self.generation:
             req = self.channel.stop
         else:
-            filed = read_stop_request(self.efs_mount)
+            now = time.time()
+            if now - self._stop_checked >= 0.2:        # the file is polled at most 5x/s per worker
+                self._stop_checked = now
+                self._stop_file = read_stop_request(self.efs_mount)
+            filed = self._stop_file
             if filed and int(filed.get("generation", -1)) == self.generation:
                 req = filed
         if req is None:
@@ -713,6 +753,7 @@ def serve_main():
         os.environ.pop(key, None)
     import mxnet  # noqa: F401  (the slow part, done before the assignment arrives)
     chan = _StdinChannel()
+    _emit("ready", pid=os.getpid())
     msg = chan.read_assignment()
     for key, value in msg.get("env", {}).items():
         os.environ[str(key)] = str(value)

@@ -149,7 +149,10 @@ def child_main(argv):
         os.killpg(proc.pid, signal.SIGKILL)     # anything the child left behind in its group
     except OSError:
         pass
-    return rc if rc >= 0 else 128 - rc
+    sys.stdout.flush()
+    # os._exit: the pump thread is blocked in a buffered stdin read, and a normal interpreter
+    # exit would abort ("_enter_buffered_busy") on Python 3.11.
+    os._exit(rc if rc >= 0 else 128 - rc)
 
 
 # =========================================================================== processes
@@ -167,6 +170,8 @@ class Proc(object):
         self.assigned_at = None
         self.last_alive = None
         self.last_hb = None
+        self.ready = False
+        self.stopped = False
         self.rc = None
         self.lock = threading.Lock()
         cmd = launcher.transport_cmd(host, argv, env)
@@ -308,6 +313,8 @@ class Launcher(object):
         self.last_status = 0.0
         self.pending_resize = None
         self.launcher_path = args.remote_launcher or os.path.abspath(__file__)
+        self.spare_want = {}
+        self.reapers = []
 
     # ------------------------------------------------------------------ output / records
     def out(self, text):
@@ -334,7 +341,9 @@ class Launcher(object):
                   "generation": g.id if g else None, "epoch": g.epoch if g else None,
                   "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
                   "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.hw_error,
-                  "resize_at": self.args.resize_at}
+                  "resize_at": self.args.resize_at,
+                  "spares_ready": sum(1 for pool in self.spares.values() for p in pool if p.alive() and p.ready),
+                  "spares_wanted": sum(self.spare_want.values()) if self.args.warm_spares else 0}
         try:
             dt_elastic.atomic_write_text(self.status_path, json.dumps(status, sort_keys=True, indent=1))
         except OSError as exc:
@@ -461,19 +470,32 @@ class Launcher(object):
                 return p
         return self.spawn(host, kind)
 
-    def replenish_spares(self, membership):
+    def replenish_spares(self, membership, parallel=False):
+        """Plan pre-warmed processes for the next generation (one per worker host, the servers)."""
         if not self.args.warm_spares:
             return
         want = {(h, "worker"): 1 for h in membership}
         want[(self.master, "serve")] = 1 + self.args.num_servers
-        for key, n in want.items():
-            pool = [p for p in self.spares[key] if p.alive()]
-            while len(pool) < n:
-                pool.append(self.spawn(*key))
-            self.spares[key] = pool
+        self.spare_want = want
         for key in list(self.spares):
             if key not in want:
                 reap(self.spares.pop(key), 2.0)
+        if parallel:
+            while self.warm_step(limit=None):
+                pass
+
+    def warm_step(self, limit=1):
+        """Start the next missing spare unless ``limit`` spares are still importing MXNet."""
+        warming = sum(1 for pool in self.spares.values() for p in pool if p.alive() and not p.ready)
+        if limit is not None and warming >= limit:
+            return False
+        for key, n in sorted(self.spare_want.items(), key=lambda kv: kv[0][1] != "serve"):
+            pool = [p for p in self.spares[key] if p.alive()]
+            self.spares[key] = pool
+            if len(pool) < n:
+                pool.append(self.spawn(*key))
+                return True
+        return False
 
     # ------------------------------------------------------------------ generations
     def next_generation_id(self):
@@ -529,6 +551,9 @@ class Launcher(object):
     def handle_msg(self, proc, msg):
         g = self.gen
         kind = msg.get("kind")
+        if kind == "ready":
+            proc.ready = True
+            return
         if kind == "alive":
             proc.last_alive = time.time()
             return
@@ -537,6 +562,8 @@ class Launcher(object):
         proc.last_alive = time.time()
         if kind == "hb":
             proc.last_hb = msg
+            if msg.get("state") == "stopped":
+                proc.stopped = True
             g.hb[proc.host] = msg
             g.started_hosts.add(proc.host)
             step = int(msg.get("step", 0))
@@ -553,6 +580,7 @@ class Launcher(object):
             g.progress_at = time.time()
         elif kind == "done":
             g.done = True
+            g.max_step = max(g.max_step, int(msg.get("step", 0)))
 
     def on_first_step(self, g, msg):
         g.first_step_at = time.time()
@@ -647,6 +675,11 @@ class Launcher(object):
                 return "stopped", {"timeout": True}
             if failed:
                 return "failed", failed
+            if g.stop_at is not None and all(w.stopped or host in g.exited for host, w in g.workers.items()) \
+                    and any(w.stopped and (w.last_hb or {}).get("rank") == 0 for w in g.workers.values()):
+                return "stopped", {}        # every worker is past the boundary, rank 0 has checkpointed
+            if g.first_step_at is not None and g.stop_at is None:
+                self.warm_step()
             if len(g.exited) == len(g.workers):
                 if all(rc == 0 for rc in g.exited.values()):
                     return "done", {}
@@ -654,12 +687,19 @@ class Launcher(object):
             self.write_status()
 
     def teardown(self, g, outcome):
+        """Stop the generation's processes; the next generation need not wait for their exit."""
         procs = list(g.workers.values()) + g.servers
-        if outcome in ("done", "stopped"):
+        if outcome == "done":
             deadline = time.time() + 3.0       # let ps-lite wind down by itself
             while time.time() < deadline and any(p.poll() is None for p in procs):
                 time.sleep(0.05)
-        reap(procs, 2.0)
+            reap(procs, 2.0)
+            return
+        for p in procs:
+            p.terminate()
+        t = threading.Thread(target=reap, args=(procs, 2.0), name="reap-g%d" % g.id, daemon=True)
+        t.start()
+        self.reapers.append(t)
 
     # ------------------------------------------------------------------ main
     def install_signals(self):
@@ -675,6 +715,8 @@ class Launcher(object):
         signal.signal(signal.SIGINT, handler)
 
     def kill_everything(self):
+        for t in self.reapers:
+            t.join(timeout=10)
         procs = [p for pool in self.spares.values() for p in pool]
         if self.gen is not None:
             procs += list(self.gen.workers.values()) + self.gen.servers
@@ -729,7 +771,7 @@ class Launcher(object):
         self.membership = hosts
         self.state = "starting"
         if a.warm_spares:      # pre-warm everything the first generation needs, in parallel
-            self.replenish_spares(hosts)
+            self.replenish_spares(hosts, parallel=True)
         while True:
             if self.shutdown:
                 break

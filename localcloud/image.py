@@ -31,8 +31,9 @@ PACKAGES = [
     "util-linux",
     # tini: PID 1 that reaps the daemons roles start with `service`.
     "tini",
-    # libgomp1: OpenMP runtime MXNet/scikit-learn wheels expect on the system.
+    # libgomp1, libquadmath0: runtimes the MXNet/scikit-learn wheels expect on the system.
     "libgomp1",
+    "libquadmath0",
     # small tools the roles and humans expect on a cloud image
     "iputils-ping",
     "netcat-openbsd",

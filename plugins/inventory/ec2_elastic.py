@@ -714,7 +714,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         return botocore.config.Config(
             retries={"mode": "standard", "max_attempts": 3},
             connect_timeout=10,
-            read_timeout=120,
+            read_timeout=300,
             user_agent_extra="dynatrain.elastic.ec2_elastic",
         )
 

@@ -28,15 +28,20 @@ script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.s
 child = subprocess.Popen([args.python, args.script] + script_args)
 
 
+STOPPED = []
+
+
 def stop(signum, _frame):
+    # Only flag and forward: the main thread's wait() returns once the child exits.
+    STOPPED.append(signum)
     child.terminate()
-    child.wait()
-    with open(os.path.join(args.efs_mount, "launcher_exit"), "w") as f:
-        f.write("signal %d, checkpointed\n" % signum)
-    print("launcher: stopped on signal %d" % signum, flush=True)
-    sys.exit(0)
 
 
 signal.signal(signal.SIGTERM, stop)
 print("launcher: started %s" % child.pid, flush=True)
 child.wait()
+if STOPPED:
+    with open(os.path.join(args.efs_mount, "launcher_exit"), "w") as f:
+        f.write("signal %d, checkpointed\n" % STOPPED[0])
+    print("launcher: stopped on signal %d" % STOPPED[0], flush=True)
+sys.exit(0)

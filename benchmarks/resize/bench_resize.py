@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Resize latency and throughput of dt_launcher (local transport, all "hosts" on this machine).
+
+Prints a table:
+  * time from a host_worker edit to the first step with the new world size
+    (median of N resizes alternating up and down), with --resize-at step (ours)
+    and --resize-at epoch (DT's behaviour);
+  * training throughput of the elastic launcher vs a plain MXNet dist_sync job
+    (same hosts, same model, same global batch), as a ratio.
+
+    python benchmarks/resize/bench_resize.py [--python /tmp/node-venv/bin/python] [--resizes 6]
+
+Every "host" is a 127.0.0.x address on this machine; on a 2-core box the cold
+start of MXNet processes competes with training, so absolute figures are
+pessimistic compared with real multi-host clusters.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FILES = os.path.join(ROOT, "files")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_hosts(efs, hosts):
+    with open(os.path.join(efs, "host_worker.tmp"), "w") as handle:
+        handle.write("".join(h + "\n" for h in hosts))
+    os.rename(os.path.join(efs, "host_worker.tmp"), os.path.join(efs, "host_worker"))
+
+
+def events(efs):
+    try:
+        with open(os.path.join(efs, "events.jsonl")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except OSError:
+        return []
+
+
+def wait(pred, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise SystemExit("benchmark: timed out waiting for %s" % what)
+
+
+def wait_spares(efs, timeout=40.0):
+    """Wait (bounded) until the launcher reports all its pre-warmed spares ready."""
+    def ready():
+        try:
+            st = json.load(open(os.path.join(efs, "status.json")))
+        except (OSError, ValueError):
+            return False
+        return st.get("spares_wanted") and st.get("spares_ready", 0) >= st["spares_wanted"]
+    deadline = time.time() + timeout
+    while time.time() < deadline and not ready():
+        time.sleep(0.2)
+    time.sleep(0.5)
+
+
+def launcher(efs, py, data, resize_at, script_args, port_base):
+    cmd = [py, os.path.join(FILES, "dt_launcher.py"), "--efs-mount", efs, "--python", py,
+           "--script", os.path.join(FILES, "train_digits.py"), "--transport", "local", "--omp-threads", "1",
+           "--resize-at", resize_at, "--port-base", str(port_base), "--poll-interval", "0.2",
+           "--status-interval", "0.5",
+           "--", "--data", data] + script_args
+    log = open(os.path.join(efs, "launcher.out"), "wb")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def resize_latencies(py, data, resize_at, n, port_base, step_sleep):
+    efs = tempfile.mkdtemp(prefix="dtbench-")
+    master, w1, w2 = "127.0.0.71", "127.0.0.72", "127.0.0.73"
+    small, big = [w1, master], [w1, w2, master]
+    write_hosts(efs, small)
+    proc = launcher(efs, py, data, resize_at,
+                    ["--epochs", "1000", "--step-sleep", str(step_sleep), "--checkpoint-every", "0"], port_base)
+    out = []
+    try:
+        wait(lambda: any(e["event"] == "resize_end" or e["event"] == "epoch" for e in events(efs)), 120,
+             "first epoch")
+        wait_spares(efs)
+        for i in range(n):
+            target = big if i % 2 == 0 else small
+            before = len([e for e in events(efs) if e["event"] == "resize_end"])
+            t0 = time.time()
+            write_hosts(efs, target)
+            end = wait(lambda: [e for e in events(efs) if e["event"] == "resize_end"][before:], 180,
+                       "resize %d" % i)[0]
+            out.append({"dir": "up" if target is big else "down", "edit_to_first_step_s": end["time"] - t0,
+                        "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s")})
+            wait_spares(efs)                            # pre-warmed processes are replenished after a resize
+    finally:
+        stop(proc)
+        shutil.rmtree(efs, ignore_errors=True)
+    return out
+
+
+def elastic_throughput(py, data, port_base, epochs):
+    efs = tempfile.mkdtemp(prefix="dtbench-")
+    write_hosts(efs, ["127.0.0.82", "127.0.0.81"])
+    proc = launcher(efs, py, data, "step", ["--epochs", str(epochs), "--checkpoint-every", "0"], port_base)
+    try:
+        proc.wait(300)
+        ep = [e for e in events(efs) if e["event"] == "epoch"]
+        # epochs after the first (warm), time between consecutive epoch ends
+        n = sum(e["samples"] for e in ep[1:])
+        dt = ep[-1]["time"] - ep[0]["time"]
+        return n / dt
+    finally:
+        shutil.rmtree(efs, ignore_errors=True)
+
+
+def plain_throughput(py, data, port, epochs):
+    base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.91", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
+                DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
+    procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
+             for r in ("scheduler", "server")]
+    workers = [subprocess.Popen([py, os.path.join(HERE, "plain_digits.py"), "--data", data, "--epochs", str(epochs)],
+                                env=dict(base, DMLC_ROLE="worker", DMLC_NODE_HOST=ip), stdout=subprocess.PIPE)
+               for ip in ("127.0.0.92", "127.0.0.91")]
+    results = []
+    for w in workers:
+        out, _ = w.communicate(timeout=300)
+        results += [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
+    for p in procs:
+        p.wait(30)
+    return results[0]["samples_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON", "/tmp/node-venv/bin/python"))
+    ap.add_argument("--resizes", type=int, default=6, help="resizes per mode (alternating up/down), >= 5")
+    ap.add_argument("--step-sleep", type=float, default=0.02)
+    ap.add_argument("--epochs", type=int, default=20, help="epochs of the throughput runs")
+    ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dtbench-data-")
+    data = os.path.join(tmp, "digits.npz")
+    subprocess.check_call([args.python, os.path.join(FILES, "prepare_digits.py"), "--out", data],
+                          stdout=subprocess.DEVNULL)
+    step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep)
+    epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
+    el = elastic_throughput(args.python, data, 19900, args.epochs)
+    plain = plain_throughput(args.python, data, 19990, args.epochs)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(rows, key="edit_to_first_step_s", d=None):
+        vals = [r[key] for r in rows if (d is None or r["dir"] == d) and r.get(key) is not None]
+        return statistics.median(vals) if vals else float("nan")
+
+    print("")
+    print("dt_launcher resize benchmark (local transport, %d cores, %d resizes per mode, 2<->3 workers)"
+          % (os.cpu_count(), args.resizes))
+    print("%-44s %10s %10s %10s" % ("metric", "all", "up", "down"))
+    print("-" * 77)
+    for name, rows in (("--resize-at step: edit -> first new step (s)", step),
+                       ("--resize-at epoch: edit -> first new step (s)", epoch)):
+        print("%-44s %10.2f %10.2f %10.2f" % (name, med(rows), med(rows, d="up"), med(rows, d="down")))
+    print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: stop part (s)", med(step, "stop_s"),
+                                         med(step, "stop_s", "up"), med(step, "stop_s", "down")))
+    print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: restart part (s)", med(step, "restart_s"),
+                                         med(step, "restart_s", "up"), med(step, "restart_s", "down")))
+    print("-" * 77)
+    print("%-44s %10.0f" % ("throughput elastic launcher (samples/s)", el))
+    print("%-44s %10.0f" % ("throughput plain dist_sync (samples/s)", plain))
+    print("%-44s %10.2f" % ("ratio elastic / plain", el / plain))
+    if args.json:
+        print(json.dumps({"step": step, "epoch": epoch, "elastic_sps": el, "plain_sps": plain}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Shared helpers for the launcher / dt_elastic tests (node-side programs in files/)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+FILES = os.path.join(ROOT, "files")
+if FILES not in sys.path:
+    sys.path.insert(0, FILES)
+
+NODE_PYTHON = os.environ.get("DT_NODE_PYTHON", "/tmp/node-venv/bin/python")
+
+
+def node_python_or_skip():
+    if not os.access(NODE_PYTHON, os.X_OK):
+        pytest.skip("node Python with MXNet not found at %s (set DT_NODE_PYTHON)" % NODE_PYTHON)
+    rc = subprocess.call([NODE_PYTHON, "-c", "import mxnet, sklearn"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    if rc != 0:
+        pytest.skip("%s cannot import mxnet and sklearn (set DT_NODE_PYTHON)" % NODE_PYTHON)
+    return NODE_PYTHON
+
+
+@pytest.fixture(scope="session")
+def node_python():
+    return node_python_or_skip()
+
+
+@pytest.fixture(scope="session")
+def digits_npz(tmp_path_factory, node_python):
+    out = tmp_path_factory.mktemp("data") / "digits.npz"
+    subprocess.check_call([node_python, os.path.join(FILES, "prepare_digits.py"), "--out", str(out)])
+    return str(out)
+
+
+def wait_for(pred, timeout, what, interval=0.1, proc=None):
+    """Poll ``pred`` until truthy or fail after ``timeout`` s (every wait is bounded)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            value = pred()
+            if value:
+                return value
+            raise AssertionError("launcher exited (%s) while waiting for %s" % (proc.returncode, what))
+        time.sleep(interval)
+    raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+
+
+def write_hosts(efs, hosts):
+    path = os.path.join(efs, "host_worker")
+    with open(path + ".tmp", "w") as handle:
+        handle.write("".join(h + "\n" for h in hosts))
+    os.rename(path + ".tmp", path)
+
+
+def log_lines(efs):
+    try:
+        with open(os.path.join(efs, "host_worker_log")) as handle:
+            return [line.split() for line in handle if line.strip()]
+    except OSError:
+        return []
+
+
+def events(efs):
+    try:
+        with open(os.path.join(efs, "events.jsonl")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except OSError:
+        return []
+
+
+class LauncherRun(object):
+    """A dt_launcher.py --transport local process on a temp EFS directory."""
+
+    def __init__(self, efs, node_python, data, script_args=(), launcher_args=(), port_base=19100):
+        self.efs = str(efs)
+        self.logfile = open(os.path.join(self.efs, "launcher.out"), "ab")
+        cmd = [node_python, os.path.join(FILES, "dt_launcher.py"), "--efs-mount", self.efs,
+               "--python", node_python, "--script", os.path.join(FILES, "train_digits.py"),
+               "--transport", "local", "--omp-threads", "1", "--port-base", str(port_base),
+               "--poll-interval", "0.2"] + list(launcher_args) + \
+              ["--", "--data", data, "--audit-samples"] + list(script_args)
+        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, cwd=self.efs)
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("launcher did not exit within %.0f s; log tail:\n%s" % (timeout, self.tail()))
+
+    def tail(self, n=60):
+        self.logfile.flush()
+        with open(os.path.join(self.efs, "launcher.out"), "rb") as handle:
+            return b"\n".join(handle.read().splitlines()[-n:]).decode("utf-8", "replace")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.logfile.close()
+
+
+def latest_meta(efs):
+    import dt_elastic
+    latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
+    return latest[1] if latest else None
+
+
+def pids_of_host(ip):
+    """PIDs of training processes started for ``ip`` (their environment says DT_WORKER_IP=ip)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                env = handle.read().split(b"\0")
+            with open("/proc/%s/cmdline" % name, "rb") as handle:
+                cmd = handle.read()
+        except OSError:
+            continue
+        if ("DT_WORKER_IP=%s" % ip).encode() in env and b"train_digits.py" in cmd and b"child" not in cmd:
+            out.append(int(name))
+    return out

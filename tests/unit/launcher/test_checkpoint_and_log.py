@@ -1,0 +1,156 @@
+"""Checkpoint atomicity, stop requests, host_worker_log SEQ continuity, malformed host_worker."""
+import json
+import os
+import threading
+
+import pytest
+
+import dt_elastic as d
+import dt_launcher
+
+
+def payload_writer(size):
+    def write(tmp):
+        for name in ("params", "trainer.states"):
+            with open(os.path.join(tmp, name), "wb") as handle:
+                handle.write(os.urandom(size))
+    return write
+
+
+def test_checkpoint_reader_never_sees_half_written(tmp_path):
+    store = d.CheckpointStore(str(tmp_path / "ckpt"), keep=2)
+    stop = threading.Event()
+    errors, seen = [], set()
+
+    def reader():
+        while not stop.is_set():
+            for step in store.steps():
+                path = store.path_for(step)
+                try:
+                    names = set(os.listdir(path))
+                    with open(os.path.join(path, "meta.json")) as handle:
+                        meta = json.load(handle)
+                    sizes = [os.path.getsize(os.path.join(path, n)) for n in ("params", "trainer.states")]
+                except FileNotFoundError:
+                    continue            # pruned (renamed away) between listdir and open: fine
+                if names != {"meta.json", "params", "trainer.states"} or meta["step"] != step \
+                        or sizes != [200000, 200000]:
+                    errors.append((step, names, sizes))
+                seen.add(step)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for step in range(1, 41):
+        store.write(step, {"step": step}, payload_writer(200000))
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert seen
+    assert store.steps() == [39, 40]                              # keep the last 2
+    assert not [n for n in os.listdir(store.directory) if n.startswith(".")]   # no temp/trash left
+    path, meta = store.latest()
+    assert meta["step"] == 40 and path.endswith("ckpt-0000000040")
+
+
+def test_failed_checkpoint_write_leaves_nothing(tmp_path):
+    store = d.CheckpointStore(str(tmp_path / "ckpt"))
+    store.write(1, {"step": 1}, payload_writer(10))
+
+    def broken(tmp):
+        payload_writer(10)(tmp)
+        raise IOError("disk full")
+    with pytest.raises(IOError):
+        store.write(2, {"step": 2}, broken)
+    assert store.steps() == [1]
+    assert os.listdir(store.directory) == ["ckpt-0000000001"]
+
+
+def test_same_step_is_not_rewritten(tmp_path):
+    store = d.CheckpointStore(str(tmp_path / "ckpt"))
+    p1 = store.write(5, {"step": 5, "v": 1})
+    p2 = store.write(5, {"step": 5, "v": 2})
+    assert p1 == p2 and store.latest()[1]["v"] == 1
+
+
+def test_stop_request_roundtrip(tmp_path):
+    efs = str(tmp_path)
+    assert d.read_stop_request(efs) is None
+    d.write_stop_request(efs, 7, "resize", at="epoch")
+    req = d.read_stop_request(efs)
+    assert req["generation"] == 7 and req["at"] == "epoch"
+    d.clear_stop_request(efs)
+    d.clear_stop_request(efs)
+    assert d.read_stop_request(efs) is None
+
+
+def make_launcher(efs, master="127.0.0.1"):
+    args = dt_launcher.parse_args(["--efs-mount", str(efs), "--script", "/bin/true", "--transport", "local",
+                                   "--master", master])
+    return dt_launcher.Launcher(args)
+
+
+def read_log(efs):
+    with open(os.path.join(str(efs), "host_worker_log")) as handle:
+        return [line.split()[:3] for line in handle]
+
+
+def test_log_seq_continues_across_launcher_restarts(tmp_path):
+    la = make_launcher(tmp_path)
+    la.confirm_membership(["127.0.0.2", "127.0.0.1"])
+    la.confirm_membership(["127.0.0.2", "127.0.0.1"])            # idempotent: nothing new
+    la.confirm_membership(["127.0.0.2", "127.0.0.3", "127.0.0.1"])
+    la.append_log("FAILED", "127.0.0.3")
+    lb = make_launcher(tmp_path)                                  # "restart": state only from the files
+    lb.confirm_membership(["127.0.0.1"])                          # .2 removed while we were down
+    lb.confirm_membership(["127.0.0.4", "127.0.0.1"])
+    assert read_log(tmp_path) == [
+        ["0", "ADDED", "127.0.0.2"], ["1", "ADDED", "127.0.0.1"], ["2", "ADDED", "127.0.0.3"],
+        ["3", "FAILED", "127.0.0.3"], ["4", "REMOVED", "127.0.0.2"], ["5", "ADDED", "127.0.0.4"]]
+    ns = [int(line.split()[3]) for line in open(os.path.join(str(tmp_path), "host_worker_log"))]
+    assert ns == sorted(ns)
+
+
+def test_malformed_host_worker_keeps_last_good_membership(tmp_path):
+    la = make_launcher(tmp_path, master="127.0.0.1")
+    hw = os.path.join(str(tmp_path), "host_worker")
+    with open(hw, "w") as handle:
+        handle.write("127.0.0.2\n127.0.0.1\n")
+    assert la.read_host_worker() == ["127.0.0.2", "127.0.0.1"]
+    for bad in ("127.0.0.2\nnot-an-ip\n127.0.0.1\n", "127.0.0.2\n", "127.0.0.1\n127.0.0.2\n", "", "1.2.3.4\n1.2.3.4\n"):
+        with open(hw, "w") as handle:
+            handle.write(bad)
+        assert la.read_host_worker() is None, bad
+        assert la.hw_error
+    errors = [e for e in (json.loads(l) for l in open(os.path.join(str(tmp_path), "events.jsonl")))
+              if e["event"] == "host_worker_error"]
+    assert len(errors) == 5 and "not-an-ip" in errors[0]["error"] and "master" in errors[1]["error"]
+    assert la.last_good == ["127.0.0.2", "127.0.0.1"]
+    with open(hw, "w") as handle:
+        handle.write("# comment\n127.0.0.3\n\n127.0.0.1\n")
+    assert la.read_host_worker() == ["127.0.0.3", "127.0.0.1"] and la.hw_error is None
+
+
+def test_drop_from_host_worker_is_atomic_and_keeps_master_last(tmp_path):
+    la = make_launcher(tmp_path, master="127.0.0.1")
+    hw = os.path.join(str(tmp_path), "host_worker")
+    with open(hw, "w") as handle:
+        handle.write("127.0.0.2\n127.0.0.3\n127.0.0.1\n")
+    la.drop_from_host_worker(["127.0.0.3"])
+    assert open(hw).read() == "127.0.0.2\n127.0.0.1\n"
+    assert os.path.exists(hw + ".lock")
+
+
+def test_ssh_command_is_strict_and_has_no_secrets(tmp_path):
+    args = dt_launcher.parse_args(["--efs-mount", str(tmp_path), "--script", "/opt/dynatrain/bin/train_digits.py",
+                                   "--master", "10.0.0.1", "--python", "/opt/dynatrain/venv/bin/python",
+                                   "--", "--epochs", "3"])
+    la = dt_launcher.Launcher(args)
+    cmd = la.transport_cmd("10.0.0.7", ["/opt/dynatrain/venv/bin/python", args.script], {"A": "b c"})
+    assert cmd[0] == "ssh" and "StrictHostKeyChecking=yes" in cmd and "BatchMode=yes" in cmd
+    assert "StrictHostKeyChecking=no" not in " ".join(cmd)
+    assert "admin@10.0.0.7" in cmd and "ServerAliveInterval=2" in cmd
+    assert "child" in cmd[-1] and "'A=b c'" in cmd[-1]
+    assert la.transport_cmd("10.0.0.1", ["x"], {})[0] != "ssh"      # the master runs locally
+    assert args.script_args == ["--epochs", "3"]
