@@ -34,6 +34,8 @@ PACKAGES = [
     # libgomp1, libquadmath0: runtimes the MXNet/scikit-learn wheels expect on the system.
     "libgomp1",
     "libquadmath0",
+    # python3-debian: ansible.builtin.deb822_repository (cuda role) needs it.
+    "python3-debian",
     # small tools the roles and humans expect on a cloud image
     "iputils-ping",
     "netcat-openbsd",

@@ -158,8 +158,12 @@ class Demo:
             self.phase("remove 1 worker while training (playbooks/remove_workers.yml)",
                        self.playbook, "remove_workers", {"count": 1})
         result = self.phase("train to the end", self.wait_for, "the final result", self.final, self.args.timeout)
+        generations = [json.loads(l) for l in self.read("events.jsonl").splitlines()
+                       if '"generation_start"' in l]
         summary = {
             "cluster": self.args.cluster,
+            "generations": [{"generation": g["generation"], "membership": g["membership"],
+                             "resume_step": g.get("resume_step")} for g in generations],
             "nodes": self.instances(),
             "final": result,
             "host_worker": [l for l in self.read("host_worker").split() if not l.startswith("#")],
@@ -180,7 +184,10 @@ def print_summary(s):
     for n in s["nodes"]:
         print("    %-8s %-20s %-15s %s" % (n["role"], n["id"], n["ip"], n["status"]))
     print("  training: %s epochs, %s steps, validation accuracy %.2f%%, world size at the end %s"
-          % (f.get("epochs"), f.get("steps"), 100.0 * float(f.get("val_acc", 0)), f.get("world_size")))
+          % (f.get("epochs"), f.get("steps"), 100.0 * float(f.get("val_acc", 0)), f.get("world_at_end")))
+    print("  process groups (a new one per membership change):")
+    for g in s["generations"]:
+        print("    generation %s from step %s: %s" % (g["generation"], g["resume_step"], ", ".join(g["membership"])))
     print("  host_worker_log:")
     for line in s["host_worker_log"]:
         print("    " + line)
