@@ -1,0 +1,164 @@
+"""Issue 3 end to end on the local cloud: while the job trains, add 2 workers,
+remove the newest, remove a base worker, kill a worker's container outright;
+the job finishes, host_worker_log holds exactly the expected lines in DT's
+layout with SEQ increasing by one, no sample is skipped or repeated within an
+epoch across the resizes, and accuracy matches a fixed-membership run."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, playbook
+
+sys.path.insert(0, os.path.join(ROOT, "files"))
+import dt_elastic  # noqa: E402  (stdlib at import time: checkpoint + audit readers)
+
+pytestmark = pytest.mark.e2e
+
+CLUSTER = "e2eelastic"
+NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
+TRAIN = ["--epochs", "80", "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
+SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
+LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
+
+
+def _boto(env, service):
+    import boto3
+    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+
+
+def _nodes(env):
+    out = {}
+    for r in _boto(env, "ec2").describe_instances(Filters=[
+            {"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]}])["Reservations"]:
+        for i in r["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+            out[i["PrivateIpAddress"]] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags,
+                                              launch=i["LaunchTime"])
+    return out
+
+
+def _efs(env):
+    for fs in _boto(env, "efs").describe_file_systems()["FileSystems"]:
+        if fs.get("Name") == CLUSTER + "-efs":
+            return os.path.join(env["DT_LOCALCLOUD_HOME"], "efs", fs["FileSystemId"])
+    raise AssertionError("no EFS for %s" % CLUSTER)
+
+
+def _read(path, default=""):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+def _status(efs):
+    try:
+        return json.loads(_read(os.path.join(efs, "status.json"), "{}") or "{}")
+    except ValueError:
+        return {}
+
+
+def _wait(what, pred, timeout, efs):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(1)
+    raise AssertionError("timed out waiting for %s; launcher log:\n%s"
+                         % (what, _read(os.path.join(efs, "logs", "launcher.log"))[-3000:]))
+
+
+def _log(efs):
+    lines = _read(os.path.join(efs, "host_worker_log")).splitlines()
+    parsed = [LOG_LINE.match(l) for l in lines]
+    assert all(parsed), lines
+    return [(int(m.group(1)), m.group(2), m.group(3)) for m in parsed]
+
+
+def _run_ok(env, name, extra):
+    rc, out = playbook(env, name, dict(NET, **extra))
+    assert rc == 0, "%s failed:\n%s" % (name, out[-5000:])
+    return out
+
+
+def test_elastic_membership_end_to_end(cloud):
+    env = cloud
+    try:
+        _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
+        efs = _efs(env)
+        nodes = _nodes(env)
+        master = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:role") == "master"][0]
+        base = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "base"][0]
+        _wait("training to start", lambda: _status(efs).get("step", 0) > 0, 300, efs)
+
+        # bad input changes nothing
+        for bad in ("0", "-2", "abc", "99"):
+            rc, out = playbook(env, "add_workers", dict(NET, count=bad))
+            assert rc != 0 and "Nothing was changed" in out, out[-3000:]
+        rc, out = playbook(env, "remove_workers", dict(NET, hosts=master))
+        assert rc != 0 and "Refusing to remove the master" in out, out[-3000:]
+        rc, out = playbook(env, "remove_workers", dict(NET, hosts="127.79.1.250"))
+        assert rc != 0 and "Not workers of cluster" in out, out[-3000:]
+        assert len(_nodes(env)) == 2
+        assert sorted((seq, ev) for seq, ev, _ in _log(efs)) == [(0, "ADDED"), (1, "ADDED")]
+        assert {ip for _, _, ip in _log(efs)} == {base, master}
+
+        # add 2 while training
+        _run_ok(env, "add_workers", {"count": 2})
+        nodes = _nodes(env)
+        added = sorted(ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "elastic")
+        assert len(added) == 2
+        assert all(nodes[ip]["tags"]["elastic_worker_status"] == "ADDED" for ip in added)
+        assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
+        assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
+
+        # remove the newest elastic worker, then a base worker
+        _run_ok(env, "remove_workers", {"count": 1})
+        nodes = _nodes(env)
+        removed = [ip for ip in added if nodes[ip]["tags"].get("elastic_worker_status") == "REMOVED"]
+        assert len(removed) == 1 and nodes[removed[0]]["state"] in ("shutting-down", "terminated")
+        assert not os.path.exists(os.path.join(efs, "prepare_data_success_" + removed[0]))
+        _run_ok(env, "remove_workers", {"hosts": base})
+        assert _nodes(env)[base]["state"] in ("shutting-down", "terminated")
+
+        # kill the remaining elastic worker's container outright
+        victim = [ip for ip in added if ip not in removed][0]
+        subprocess.run(["podman", "kill", _nodes(env)[victim]["id"]], env=env, check=True, timeout=60)
+        _wait("the launcher to log FAILED", lambda: any(e[1] == "FAILED" for e in _log(efs)), 120, efs)
+
+        final = _wait("the job to finish", lambda: json.loads(_read(os.path.join(efs, "results", "final.json"), "null") or "null"),
+                      1500, efs)
+        log = _log(efs)
+        assert [e[0] for e in log] == list(range(len(log))), log
+        assert sorted((ev, ip) for _, ev, ip in log) == sorted(
+            [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
+            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim)])
+        assert [ev for _, ev, _ in log][-3:] == ["REMOVED", "REMOVED", "FAILED"]
+        assert [l for l in _read(os.path.join(efs, "host_worker")).split() if not l.startswith("#")] == [master]
+
+        # every sample exactly once per epoch across all the resizes
+        latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
+        meta = latest[1]
+        assert meta["finished"]
+        assert dt_elastic.audit_check(meta["audit"], meta["num_samples"]) == []
+        assert sorted(meta["audit"]["completed_epochs"]) == list(range(80))
+        assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
+        elastic_acc = final["val_acc"]
+
+        # the same job with fixed membership (same seed, same epochs)
+        _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": TRAIN})
+        fixed = _wait("the fixed-membership job", lambda: json.loads(
+            _read(os.path.join(efs, "results", "final.json"), "null") or "null"), 600, efs)
+        assert abs(elastic_acc - fixed["val_acc"]) <= 0.01, (elastic_acc, fixed["val_acc"])
+        assert elastic_acc >= 0.9
+    finally:
+        rc, out = playbook(env, "teardown", NET)
+        assert rc == 0, out[-3000:]
