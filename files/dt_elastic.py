@@ -270,7 +270,7 @@ class CheckpointStore(object):
 
     def latest(self):
         """``(path, meta)`` of the newest checkpoint, or ``None``."""
-        for _ in range(5):
+        for _attempt in range(5):
             steps = self.steps()
             if not steps:
                 return None
@@ -676,7 +676,7 @@ class Elastic(object):
         if len(self._recent) < 2:
             return 0.0
         dt = self._recent[-1][0] - self._recent[0][0]
-        return sum(n for _, n in self._recent[1:]) / dt if dt > 0 else 0.0
+        return sum(n for _when, n in self._recent[1:]) / dt if dt > 0 else 0.0
 
     # ----------------------------------------------------------------- checkpoint
     def meta(self):

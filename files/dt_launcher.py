@@ -34,7 +34,6 @@ from __future__ import absolute_import, division, print_function
 
 import argparse
 import collections
-import errno
 import json
 import os
 import queue
@@ -98,7 +97,7 @@ def child_main(argv):
         return 2
     env = dict(os.environ)
     for item in args.env:
-        key, _, value = item.partition("=")
+        key, _sep, value = item.partition("=")
         env[key] = value
     try:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True)
@@ -193,7 +192,7 @@ class Proc(object):
                     continue
             if self.assigned_at is not None or line.strip():
                 self.launcher.out("[g%s %s %s] %s" % (self.generation if self.generation is not None else "-",
-                                                       self.role or self.kind, self.host, line))
+                                                      self.role or self.kind, self.host, line))
 
     def send(self, msg):
         try:
@@ -391,7 +390,7 @@ class Launcher(object):
     def logged_members(self):
         """Hosts whose last host_worker_log event is ADDED."""
         last = {}
-        for _, ev, ip, _ in hwf.read_log(self.log_path):
+        for _seq, ev, ip, _ns in hwf.read_log(self.log_path):
             last[ip] = ev
         return [ip for ip, ev in last.items() if ev == "ADDED"]
 
@@ -451,7 +450,7 @@ class Launcher(object):
                 env[key] = str(self.args.omp_threads)
             env["MXNET_CPU_WORKER_NTHREADS"] = str(self.args.omp_threads)
         for item in self.args.env:
-            key, _, value = item.partition("=")
+            key, _sep, value = item.partition("=")
             env[key] = value
         return env
 
@@ -520,7 +519,7 @@ class Launcher(object):
         sched = self.take(self.master, "serve")
         sched.assign("scheduler", gid, dict(ps_env, DMLC_ROLE="scheduler", DMLC_NODE_HOST=self.master))
         g.servers.append(sched)
-        for _ in range(self.args.num_servers):
+        for _server in range(self.args.num_servers):
             srv = self.take(self.master, "serve")
             srv.assign("server", gid, dict(ps_env, DMLC_ROLE="server", DMLC_NODE_HOST=self.master))
             g.servers.append(srv)

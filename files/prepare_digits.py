@@ -20,7 +20,7 @@ DEFAULT_OUT = "/var/lib/dynatrain/data/digits.npz"
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--out", default=os.environ.get("DT_DATA_PATH", DEFAULT_OUT),
                     help="where to write the .npz (default %(default)s)")
     args = ap.parse_args(argv)

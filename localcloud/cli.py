@@ -84,7 +84,7 @@ def cmd_wheelhouse(args):
         print("wheelhouse: all %d pinned wheels present in %s" % (len(_wanted_wheels(req)), dest))
         return 0
     print(
-        "wheelhouse: downloading %d missing (%s) into %s" % (len(missing), ", ".join(n for n, _ in missing), dest),
+        "wheelhouse: downloading %d missing (%s) into %s" % (len(missing), ", ".join(n for n, _version in missing), dest),
         flush=True,
     )
     os.makedirs(dest, exist_ok=True)
@@ -125,8 +125,8 @@ def cmd_up(args):
     pid = _daemon_pid()
     if pid:
         h = _health()
-        print("localcloud: already running (pid %d, %s, state %s)" % (pid, config.endpoint(), config.home()))
-        return 0 if h else _err("daemon pid %d does not answer on %s" % (pid, config.control_endpoint()))
+        print("localcloud: already running (pid %s, %s, state %s)" % (pid, config.endpoint(), config.home()))
+        return 0 if h else _err("daemon pid %s does not answer on %s" % (pid, config.control_endpoint()))
     home = config.home()
     os.makedirs(home, exist_ok=True)
     env = dict(config.podman_env(), DT_LOCALCLOUD_HOME=home, DT_LOCALCLOUD_PORT=str(config.port()))
@@ -204,7 +204,7 @@ def cmd_down(args):
 
     pid = _daemon_pid()
     if pid:
-        print("localcloud: stopping daemon pid %d (removes its nodes) ..." % pid, flush=True)
+        print("localcloud: stopping daemon pid %s (removes its nodes) ..." % pid, flush=True)
         if not _stop_pid(pid):
             print("localcloud: daemon did not stop in %d s: killed" % DOWN_TIMEOUT_S)
     else:
@@ -236,7 +236,7 @@ def cmd_status(args):
     try:
         code, snap = _control("/status")
     except OSError as e:
-        return _err("daemon pid %d does not answer: %s" % (pid, e))
+        return _err("daemon pid %s does not answer: %s" % (pid, e))
     if args.json:
         print(json.dumps(snap, indent=2, default=str))
         return 0

@@ -152,6 +152,7 @@ def build(force=False):
                 ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, root, MIRROR],
                 stdout=f,
                 stderr=subprocess.STDOUT,
+                check=False,
             )
         if proc.returncode != 0:
             with open(log) as f:
@@ -180,6 +181,7 @@ def build(force=False):
             env=config.podman_env(),
             capture_output=True,
             text=True,
+            check=False,
         )
         tar.stdout.close()
         tar.wait()

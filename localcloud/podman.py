@@ -30,6 +30,7 @@ def run(args, check=True, timeout=120, input=None):
         text=True,
         timeout=timeout,
         input=input,
+        check=False,
     )
     if check and proc.returncode != 0:
         raise PodmanError("podman %s failed (%d): %s" % (" ".join(args[:2]), proc.returncode, proc.stderr.strip()))

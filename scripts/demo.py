@@ -97,7 +97,7 @@ class Demo:
     def efs_dir(self):
         fss = self.boto("efs").describe_file_systems()["FileSystems"]
         for fs in fss:
-            if fs.get("Name") == "%s-efs" % self.args.cluster:
+            if fs.get("CreationToken") == "%s-efs" % self.args.cluster:
                 home = self.env.get("DT_LOCALCLOUD_HOME", os.path.join(ROOT, ".localcloud"))
                 return os.path.join(home, "efs", fs["FileSystemId"])
         raise DemoError("no EFS named %s-efs" % self.args.cluster)

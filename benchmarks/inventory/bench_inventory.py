@@ -201,7 +201,7 @@ def main():
             result = {}
             for name, cfg in (("ours", ours_cfg), ("aws_ec2", theirs_cfg)):
                 best, listing, calls = None, None, None
-                for _ in range(args.repeat):
+                for _attempt in range(args.repeat):
                     counter.take()
                     elapsed, listing = run_inventory(cfg, endpoint)
                     taken = counter.take()

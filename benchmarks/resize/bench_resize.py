@@ -20,7 +20,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -139,7 +138,7 @@ def plain_throughput(py, data, port, epochs):
                for ip in ("127.0.0.92", "127.0.0.91")]
     results = []
     for w in workers:
-        out, _ = w.communicate(timeout=300)
+        out, _stderr = w.communicate(timeout=300)
         results += [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
     for p in procs:
         p.wait(30)
@@ -147,7 +146,7 @@ def plain_throughput(py, data, port, epochs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON", "/tmp/node-venv/bin/python"))
     ap.add_argument("--resizes", type=int, default=6, help="resizes per mode (alternating up/down), >= 5")
     ap.add_argument("--step-sleep", type=float, default=0.02)
@@ -177,9 +176,9 @@ def main():
                        ("--resize-at epoch: edit -> first new step (s)", epoch)):
         print("%-44s %10.2f %10.2f %10.2f" % (name, med(rows), med(rows, d="up"), med(rows, d="down")))
     print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: stop part (s)", med(step, "stop_s"),
-                                         med(step, "stop_s", "up"), med(step, "stop_s", "down")))
+                                          med(step, "stop_s", "up"), med(step, "stop_s", "down")))
     print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: restart part (s)", med(step, "restart_s"),
-                                         med(step, "restart_s", "up"), med(step, "restart_s", "down")))
+                                          med(step, "restart_s", "up"), med(step, "restart_s", "down")))
     print("-" * 77)
     print("%-44s %10.0f" % ("throughput elastic launcher (samples/s)", el))
     print("%-44s %10.0f" % ("throughput plain dist_sync (samples/s)", plain))

@@ -45,7 +45,7 @@ def _nodes(env):
 
 def _efs(env):
     for fs in _boto(env, "efs").describe_file_systems()["FileSystems"]:
-        if fs.get("Name") == CLUSTER + "-efs":
+        if fs.get("CreationToken") == CLUSTER + "-efs":
             return os.path.join(env["DT_LOCALCLOUD_HOME"], "efs", fs["FileSystemId"])
     raise AssertionError("no EFS for %s" % CLUSTER)
 

@@ -38,7 +38,7 @@ def test_checkpoint_reader_never_sees_half_written(tmp_path):
                     errors.append((step, names, sizes))
                 seen.add(step)
 
-    threads = [threading.Thread(target=reader) for _ in range(3)]
+    threads = [threading.Thread(target=reader) for _reader in range(3)]
     for t in threads:
         t.start()
     for step in range(1, 41):

@@ -18,7 +18,7 @@ def test_epoch_order_is_deterministic_permutation():
 def test_shard_tiles_the_chunk(n, world):
     spans = [d.shard(n, world, r) for r in range(world)]
     assert spans[0][0] == 0 and spans[-1][1] == n
-    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+    for (s0, e0), (s1, _e1) in zip(spans, spans[1:]):
         assert e0 == s1
     sizes = [e - s for s, e in spans]
     assert max(sizes) - min(sizes) <= 1
@@ -63,7 +63,7 @@ def test_every_sample_once_per_epoch_across_random_resizes(policy, trial):
             worlds[step] = rng.randint(1, 9) if rng.random() < 0.3 or step == 0 else worlds[step - 1]
         return worlds[step]
 
-    used, _ = simulate(n, trial, 3, rng.choice([1, 7, 64]), policy, rng.choice([1, 5, 32]), world_at)
+    used, _steps = simulate(n, trial, 3, rng.choice([1, 7, 64]), policy, rng.choice([1, 5, 32]), world_at)
     for epoch in range(3):
         assert sorted(used[epoch]) == list(range(n)), "epoch %d" % epoch
 

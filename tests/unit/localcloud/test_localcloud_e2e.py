@@ -26,7 +26,7 @@ def _have_image():
     if not shutil.which("podman") or not shutil.which("ssh") or not shutil.which("ssh-keyscan"):
         return False
     env = dict(os.environ, CONTAINERS_CONF=config.CONTAINERS_CONF)
-    return subprocess.run(["podman", "image", "exists", config.IMAGE], env=env).returncode == 0
+    return subprocess.run(["podman", "image", "exists", config.IMAGE], env=env, check=False).returncode == 0
 
 
 def wait_for(what, fn, timeout, interval=0.5):
@@ -65,6 +65,7 @@ def cloud(tmp_path):
             capture_output=True,
             text=True,
             timeout=timeout,
+            check=False,
         )
 
     r = lc("up")
@@ -84,6 +85,7 @@ def podman_names(env, home):
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     ).stdout
     return [c["Names"][0] for c in json.loads(out or "[]")]
 
@@ -121,13 +123,13 @@ def test_instance_lifecycle(cloud, tmp_path):
         MetadataOptions={"HttpTokens": "required"},
     )
     nodes = [(i["InstanceId"], i["PrivateIpAddress"]) for i in res["Instances"]]
-    for _, ip in nodes:
+    for _iid, ip in nodes:
         wait_for("sshd on %s" % ip, lambda: ssh_banner(ip), timeout=60)
     print("2 nodes answering ssh after %.1f s" % (time.monotonic() - t0))
 
     (iid, ip), (iid2, ip2) = nodes
     known_hosts = tmp_path / "known_hosts"
-    scan = subprocess.run(["ssh-keyscan", "-T", "5", ip], capture_output=True, text=True, timeout=30)
+    scan = subprocess.run(["ssh-keyscan", "-T", "5", ip], capture_output=True, text=True, timeout=30, check=False)
     assert scan.stdout.strip(), scan.stderr
     known_hosts.write_text(scan.stdout)
 
@@ -151,6 +153,7 @@ def test_instance_lifecycle(cloud, tmp_path):
             capture_output=True,
             text=True,
             timeout=60,
+            check=False,
         )
 
     imds = (

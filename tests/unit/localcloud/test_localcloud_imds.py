@@ -26,7 +26,7 @@ def meta():
 
 
 def token(meta, tokens, now=1000.0):
-    status, _, tok = respond(meta, tokens, "PUT", "/latest/api/token", PUT_TTL, now=now)
+    status, _ctype, tok = respond(meta, tokens, "PUT", "/latest/api/token", PUT_TTL, now=now)
     assert status == 200
     return tok
 
@@ -102,7 +102,7 @@ def test_metadata_paths(meta, path, body):
 def test_listing_and_unknown_path(meta):
     tokens = TokenStore()
     tok = token(meta, tokens)
-    status, _, body = get(meta, tokens, "/latest/meta-data/", tok)
+    status, _ctype, body = get(meta, tokens, "/latest/meta-data/", tok)
     assert status == 200 and "instance-id" in body.split("\n") and "placement/" in body.split("\n")
     assert get(meta, tokens, "/latest/meta-data/nope", tok)[0] == 404
     doc = json.loads(get(meta, tokens, "/latest/dynamic/instance-identity/document", tok)[2])
@@ -120,7 +120,7 @@ def test_interruption_notices(meta):
     status, ctype, body = get(meta, tokens, "/latest/meta-data/spot/instance-action", tok)
     assert status == 200 and ctype == "application/json"
     assert json.loads(body) == {"action": "terminate", "time": "2023-11-14T22:15:20Z"}
-    status, _, body = get(meta, tokens, "/latest/meta-data/events/recommendations/rebalance", tok)
+    status, _ctype, body = get(meta, tokens, "/latest/meta-data/events/recommendations/rebalance", tok)
     assert json.loads(body) == {"noticeTime": "2023-11-14T22:13:20Z"}
 
 

@@ -6,7 +6,6 @@ import botocore.client
 import pytest
 
 
-
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch, tmp_path):
     """Fake credentials, no real config files, no IMDS, no endpoint overrides."""
@@ -37,5 +36,3 @@ def api_calls(monkeypatch):
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counting)
     return calls
-
-
