@@ -9,7 +9,7 @@ name: ec2_elastic
 short_description: EC2 inventory of dynatrain elastic MXNet training clusters
 version_added: 0.1.0
 author:
-  - dynatrain maintainers
+  - dynatrain maintainers (@dynatrain)
 description:
   - Builds an inventory of the EC2 instances of one or more dynatrain training clusters,
     in one or more regions, grouped by role, elastic-worker tag, elastic_worker_status,
