@@ -32,11 +32,17 @@ def _boto(env, service):
                         aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
 
 
+STARTED = time.time()
+
+
 def _nodes(env):
+    """This run's instances by private IP (earlier runs' terminated ones left out)."""
     out = {}
     for r in _boto(env, "ec2").describe_instances(Filters=[
             {"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]}])["Reservations"]:
         for i in r["Instances"]:
+            if i["LaunchTime"].timestamp() < STARTED - 5:
+                continue
             tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
             out[i["PrivateIpAddress"]] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags,
                                               launch=i["LaunchTime"])
