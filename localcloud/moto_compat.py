@@ -79,6 +79,26 @@ def _delete_launch_template_versions(self):
     return ActionResult({"SuccessfullyDeletedLaunchTemplateVersions": deleted, "UnsuccessfullyDeletedLaunchTemplateVersions": []})
 
 
+def _patch_launch_template_tags():
+    # moto copies the template's own tags (TagSpecifications of type
+    # launch-template) into version 1's data; EC2 does not. The copy made
+    # amazon.aws.ec2_launch_template see a change on its second run.
+    from moto.ec2.models.launch_templates import LaunchTemplateBackend
+
+    original = LaunchTemplateBackend.create_launch_template
+
+    def create_launch_template(self, name, description, template_data, tag_spec):
+        specs = [t for t in template_data.get("TagSpecifications") or []
+                 if t.get("ResourceType") != "launch-template"]
+        if specs:
+            template_data["TagSpecifications"] = specs
+        else:
+            template_data.pop("TagSpecifications", None)
+        return original(self, name, description, template_data, tag_spec)
+
+    LaunchTemplateBackend.create_launch_template = create_launch_template
+
+
 def apply():
     """Register the legacy EFS tag operations with moto (idempotent)."""
     global _APPLIED
@@ -97,6 +117,7 @@ def apply():
     ):
         urls.url_paths[path] = urls.response.dispatch
     _patch_launch_template_network()
+    _patch_launch_template_tags()
     from moto.ec2.responses.launch_templates import LaunchTemplates
 
     LaunchTemplates.delete_launch_template_versions = _delete_launch_template_versions

@@ -3,7 +3,7 @@ remove the newest, remove a base worker, kill a worker's container outright;
 the job finishes, host_worker_log holds exactly the expected lines in DT's
 layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
-import json
+import argparse
 import os
 import re
 import subprocess
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, playbook
+from conftest import ROOT, demo, playbook
 
 sys.path.insert(0, os.path.join(ROOT, "files"))
 import dt_elastic  # noqa: E402  (stdlib at import time: checkpoint + audit readers)
@@ -49,41 +49,15 @@ def _nodes(env):
     return out
 
 
-def _efs(env):
-    for fs in _boto(env, "efs").describe_file_systems()["FileSystems"]:
-        if fs.get("CreationToken") == CLUSTER + "-efs":
-            return os.path.join(env["DT_LOCALCLOUD_HOME"], "efs", fs["FileSystemId"])
-    raise AssertionError("no EFS for %s" % CLUSTER)
+def _job(env):
+    """scripts/demo.py's reader of the cluster's shared volume and status."""
+    d = demo.Demo(argparse.Namespace(cluster=CLUSTER, subnet="", json=True, train_args=[]))
+    d.env = env
+    return d
 
 
-def _read(path, default=""):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return default
-
-
-def _status(efs):
-    try:
-        return json.loads(_read(os.path.join(efs, "status.json"), "{}") or "{}")
-    except ValueError:
-        return {}
-
-
-def _wait(what, pred, timeout, efs):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(1)
-    raise AssertionError("timed out waiting for %s; launcher log:\n%s"
-                         % (what, _read(os.path.join(efs, "logs", "launcher.log"))[-3000:]))
-
-
-def _log(efs):
-    lines = _read(os.path.join(efs, "host_worker_log")).splitlines()
+def _log(job):
+    lines = job.read("host_worker_log").splitlines()
     parsed = [LOG_LINE.match(l) for l in lines]
     assert all(parsed), lines
     return [(int(m.group(1)), m.group(2), m.group(3)) for m in parsed]
@@ -99,11 +73,12 @@ def test_elastic_membership_end_to_end(cloud):
     env = cloud
     try:
         _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
-        efs = _efs(env)
+        job = _job(env)
+        efs = job.efs_dir()
         nodes = _nodes(env)
         master = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:role") == "master"][0]
         base = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "base"][0]
-        _wait("training to start", lambda: _status(efs).get("step", 0) > 0, 300, efs)
+        job.wait_for("training to start", lambda: job.status().get("step", 0) > 0, 300)
 
         # bad input changes nothing
         for bad in ("0", "-2", "abc", "99"):
@@ -114,8 +89,8 @@ def test_elastic_membership_end_to_end(cloud):
         rc, out = playbook(env, "remove_workers", dict(NET, hosts="127.79.1.250"))
         assert rc != 0 and "Not workers of cluster" in out, out[-3000:]
         assert len(_nodes(env)) == 2
-        assert sorted((seq, ev) for seq, ev, _ in _log(efs)) == [(0, "ADDED"), (1, "ADDED")]
-        assert {ip for _, _, ip in _log(efs)} == {base, master}
+        assert sorted((seq, ev) for seq, ev, _ in _log(job)) == [(0, "ADDED"), (1, "ADDED")]
+        assert {ip for _, _, ip in _log(job)} == {base, master}
 
         # add 2 while training
         _run_ok(env, "add_workers", {"count": 2})
@@ -138,17 +113,16 @@ def test_elastic_membership_end_to_end(cloud):
         # kill the remaining elastic worker's container outright
         victim = [ip for ip in added if ip not in removed][0]
         subprocess.run(["podman", "kill", _nodes(env)[victim]["id"]], env=env, check=True, timeout=60)
-        _wait("the launcher to log FAILED", lambda: any(e[1] == "FAILED" for e in _log(efs)), 120, efs)
+        job.wait_for("the launcher to log FAILED", lambda: any(e[1] == "FAILED" for e in _log(job)), 120)
 
-        final = _wait("the job to finish", lambda: json.loads(_read(os.path.join(efs, "results", "final.json"), "null") or "null"),
-                      1500, efs)
-        log = _log(efs)
+        final = job.wait_for("the job to finish", job.final, 1500)
+        log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted((ev, ip) for _, ev, ip in log) == sorted(
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
             + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim)])
         assert [ev for _, ev, _ in log][-3:] == ["REMOVED", "REMOVED", "FAILED"]
-        assert [l for l in _read(os.path.join(efs, "host_worker")).split() if not l.startswith("#")] == [master]
+        assert [l for l in job.read("host_worker").split() if not l.startswith("#")] == [master]
 
         # every sample exactly once per epoch across all the resizes
         latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
@@ -161,8 +135,7 @@ def test_elastic_membership_end_to_end(cloud):
 
         # the same job with fixed membership (same seed, same epochs)
         _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": TRAIN})
-        fixed = _wait("the fixed-membership job", lambda: json.loads(
-            _read(os.path.join(efs, "results", "final.json"), "null") or "null"), 600, efs)
+        fixed = job.wait_for("the fixed-membership job", job.final, 600)
         assert abs(elastic_acc - fixed["val_acc"]) <= 0.01, (elastic_acc, fixed["val_acc"])
         assert elastic_acc >= 0.9
     finally:
