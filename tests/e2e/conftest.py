@@ -15,7 +15,7 @@ def _podman_ready():
     env = dict(os.environ, CONTAINERS_CONF=os.path.join(ROOT, "localcloud", "containers.conf"))
     try:
         return subprocess.run(["podman", "image", "exists", "localhost/dynatrain-node:bookworm"],
-                              env=env, timeout=60).returncode == 0
+                              env=env, timeout=60, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -35,5 +35,5 @@ def playbook(env, name, extra, timeout=1200):
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
            os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(extra)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     return proc.returncode, proc.stdout

@@ -89,8 +89,8 @@ def test_elastic_membership_end_to_end(cloud):
         rc, out = playbook(env, "remove_workers", dict(NET, hosts="127.79.1.250"))
         assert rc != 0 and "Not workers of cluster" in out, out[-3000:]
         assert len(_nodes(env)) == 2
-        assert sorted((seq, ev) for seq, ev, _ in _log(job)) == [(0, "ADDED"), (1, "ADDED")]
-        assert {ip for _, _, ip in _log(job)} == {base, master}
+        assert sorted(entry[:2] for entry in _log(job)) == [(0, "ADDED"), (1, "ADDED")]
+        assert {entry[2] for entry in _log(job)} == {base, master}
 
         # add 2 while training
         _run_ok(env, "add_workers", {"count": 2})
@@ -118,10 +118,10 @@ def test_elastic_membership_end_to_end(cloud):
         final = job.wait_for("the job to finish", job.final, 1500)
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
-        assert sorted((ev, ip) for _, ev, ip in log) == sorted(
+        assert sorted(entry[1:] for entry in log) == sorted(
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
             + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim)])
-        assert [ev for _, ev, _ in log][-3:] == ["REMOVED", "REMOVED", "FAILED"]
+        assert [entry[1] for entry in log][-3:] == ["REMOVED", "REMOVED", "FAILED"]
         assert [l for l in job.read("host_worker").split() if not l.startswith("#")] == [master]
 
         # every sample exactly once per epoch across all the resizes

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, demo, playbook
+from conftest import ROOT, playbook
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,7 @@ def test_bootstrap_trains_across_two_nodes(cloud):
     args = ["--cluster", CLUSTER, "--workers", "1", "--subnet", NET["dt_subnet_cidr"], "--no-elastic",
             "--train-args", "--epochs 10", "--json"]
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo.py")] + args, cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
 
