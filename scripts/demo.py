@@ -150,6 +150,10 @@ class Demo:
         self.env = localcloud_env()
         self.phase("bootstrap master + %d worker(s) (playbooks/bootstrap.yml)" % self.args.workers,
                    self.playbook, "bootstrap", {"worker_count": self.args.workers})
+        if self.status().get("state") == "finished":
+            # a cluster from an earlier demo: bootstrap changed nothing; train anew
+            self.phase("archive the finished job and train a fresh one (playbooks/train.yml)",
+                       self.playbook, "train", {"train_fresh": True})
         if self.args.elastic:
             self.phase("wait for training to run", self.wait_for, "the first epoch",
                        lambda: self.status().get("epoch", 0) >= 1 or self.final(), 300)
@@ -214,8 +218,9 @@ def main(argv=None):
                    help="add and remove workers while training")
     p.add_argument("--add", type=int, default=1, help="workers to add while training")
     p.add_argument("--timeout", type=int, default=900, help="seconds to wait for training to finish")
-    p.add_argument("--train-args", default="--epochs 40 --step-sleep 0.05",
-                   help="arguments of the training script (files/train_digits.py)")
+    p.add_argument("--train-args", default="--epochs 60 --step-sleep 0.25",
+                   help="arguments of the training script (files/train_digits.py); the step sleep "
+                        "stands in for a heavier model so that the resizes land mid-run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
     args = p.parse_args(argv)
     args.train_args = shlex.split(args.train_args)
