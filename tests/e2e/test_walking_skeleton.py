@@ -87,6 +87,15 @@ def test_bootstrap_again_changes_nothing(cloud):
     assert re.findall(r"changed=(\d+)", recap) and all(c == "0" for c in re.findall(r"changed=(\d+)", recap)), recap
 
 
+def test_status_reads_the_cluster(cloud):
+    rc, out = playbook(cloud, "status", NET)
+    assert rc == 0, out[-4000:]
+    nodes = re.findall(r"- (127\.78\.1\.\d+) (master|worker) - (i-[0-9a-f]+)", out)
+    assert sorted(node[1] for node in nodes) == ["master", "worker"], out[-4000:]
+    assert re.search(r"- 1 ADDED 127\.78\.1\.\d+ \d{19}", out), out[-4000:]
+    assert "state: finished" in out and "world_size: 2" in out, out[-4000:]
+
+
 def test_teardown_leaves_nothing(cloud):
     before = _containers(cloud)
     ids = [i["InstanceId"] for r in _ec2(cloud).describe_instances(
