@@ -439,6 +439,11 @@ def receive_assignment():
     """
     if os.environ.get("DT_ASSIGN") != "stdin":
         return None
+    return _take_assignment()
+
+
+def _take_assignment():
+    """Say "ready", read the launcher's assignment, apply its environment; returns the channel."""
     chan = _StdinChannel()
     _emit("ready", pid=os.getpid())
     msg = chan.read_assignment()
@@ -752,12 +757,7 @@ def serve_main():
     for key in ("DMLC_ROLE",):
         os.environ.pop(key, None)
     import mxnet  # noqa: F401  (the slow part, done before the assignment arrives)
-    chan = _StdinChannel()
-    _emit("ready", pid=os.getpid())
-    msg = chan.read_assignment()
-    for key, value in msg.get("env", {}).items():
-        os.environ[str(key)] = str(value)
-    chan.start()
+    _take_assignment()
     _emit("serving", role=os.environ.get("DMLC_ROLE"))
     from mxnet.kvstore import kvstore_server
     kvstore_server._init_kvstore_server_module()   # runs the role's loop, then sys.exit()
