@@ -6,19 +6,22 @@ VENV := $(ROOT)/.venv
 PY := $(VENV)/bin/python
 LC := $(PY) -m localcloud
 STATE := $(ROOT)/.localcloud
+WHEELHOUSE := $(STATE)/wheelhouse
+NODE_VENV := $(STATE)/node-venv
 APT_PACKAGES := podman runc debootstrap openssh-client uidmap fuse-overlayfs iproute2 rsync
 export CONTAINERS_CONF := $(ROOT)/localcloud/containers.conf
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
+export DT_NODE_PYTHON ?= $(NODE_VENV)/bin/python
 
-.PHONY: help setup apt venv collection image wheelhouse demo demo-down test test-unit test-e2e lint clean
+.PHONY: help setup apt venv collection image wheelhouse runtime node-venv demo demo-down test lint clean
 
 help:
 	@echo "make demo   - install everything, start the local cloud, bootstrap, train, resize, summarise"
 	@echo "make test   - lint, unit and end-to-end tests (what CI runs)"
 	@echo "make setup | lint | demo-down | clean"
 
-setup: apt venv collection image wheelhouse
+setup: apt venv collection image wheelhouse runtime node-venv
 
 # System packages, installed only when one is missing (idempotent, no root-less sudo games).
 apt:
@@ -45,6 +48,25 @@ image: venv
 
 wheelhouse: venv
 	$(LC) wheelhouse
+
+# The node runtime wheel (runtime/build.py; rebuilt when its sources change), put in
+# the wheelhouse the nodes install from and into the controller venv (its pure parts
+# are unit-tested there).
+RUNTIME_SRC := $(shell find runtime -name '*.py' -o -name pyproject.toml) plugins/module_utils/host_worker_file.py galaxy.yml
+runtime: $(STATE)/runtime.stamp
+$(STATE)/runtime.stamp: $(RUNTIME_SRC) $(VENV)/.stamp
+	$(PY) runtime/build.py --out $(WHEELHOUSE)
+	$(PY) -m pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/dynatrain_runtime-*.whl
+	touch $@
+
+# A node venv on the controller (MXNet from the wheelhouse + the runtime): the launcher's
+# unit tests and the benchmarks run real MXNet jobs with it on 127.x addresses.
+node-venv: $(NODE_VENV)/.stamp
+$(NODE_VENV)/.stamp: requirements-node.txt $(STATE)/runtime.stamp
+	test -x $(NODE_VENV)/bin/python || python3.11 -m venv $(NODE_VENV) || python3 -m venv $(NODE_VENV)
+	$(NODE_VENV)/bin/python -m pip install -q --no-index --find-links $(WHEELHOUSE) -r requirements-node.txt
+	$(NODE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/dynatrain_runtime-*.whl
+	touch $@
 
 demo: setup
 	$(PY) scripts/demo.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Resize latency and throughput of dt_launcher (local transport, all "hosts" on this machine).
+"""Resize latency and throughput of the elastic launcher (local transport, all "hosts" on this machine).
 
 Prints a table:
   * time from a host_worker edit to the first step with the new world size
@@ -8,7 +8,9 @@ Prints a table:
   * training throughput of the elastic launcher vs a plain MXNet dist_sync job
     (same hosts, same model, same global batch), as a ratio.
 
-    python benchmarks/resize/bench_resize.py [--python /tmp/node-venv/bin/python] [--resizes 6]
+    python benchmarks/resize/bench_resize.py [--python .localcloud/node-venv/bin/python] [--resizes 6]
+
+The Python must have MXNet and the dynatrain_runtime wheel (``make node-venv`` builds it).
 
 Every "host" is a 127.0.0.x address on this machine; on a 2-core box the cold
 start of MXNet processes competes with training, so absolute figures are
@@ -24,7 +26,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FILES = os.path.join(ROOT, "files")
+NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -67,8 +69,8 @@ def wait_spares(efs, timeout=40.0):
 
 
 def launcher(efs, py, data, resize_at, script_args, port_base):
-    cmd = [py, os.path.join(FILES, "dt_launcher.py"), "--efs-mount", efs, "--python", py,
-           "--script", os.path.join(FILES, "train_digits.py"), "--transport", "local", "--omp-threads", "1",
+    cmd = [py, "-m", "dynatrain_runtime.launcher", "--efs-mount", efs, "--python", py,
+           "--script", "dynatrain_runtime.examples.train_digits", "--transport", "local", "--omp-threads", "1",
            "--resize-at", resize_at, "--port-base", str(port_base), "--poll-interval", "0.2",
            "--status-interval", "0.5",
            "--", "--data", data] + script_args
@@ -147,7 +149,7 @@ def plain_throughput(py, data, port, epochs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON", "/tmp/node-venv/bin/python"))
+    ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON") or NODE_PYTHON)
     ap.add_argument("--resizes", type=int, default=6, help="resizes per mode (alternating up/down), >= 5")
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the throughput runs")
@@ -155,7 +157,7 @@ def main():
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dtbench-data-")
     data = os.path.join(tmp, "digits.npz")
-    subprocess.check_call([args.python, os.path.join(FILES, "prepare_digits.py"), "--out", data],
+    subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
                           stdout=subprocess.DEVNULL)
     step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep)
     epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
@@ -168,7 +170,7 @@ def main():
         return statistics.median(vals) if vals else float("nan")
 
     print("")
-    print("dt_launcher resize benchmark (local transport, %d cores, %d resizes per mode, 2<->3 workers)"
+    print("elastic launcher resize benchmark (local transport, %d cores, %d resizes per mode, 2<->3 workers)"
           % (os.cpu_count(), args.resizes))
     print("%-44s %10s %10s %10s" % ("metric", "all", "up", "down"))
     print("-" * 77)

@@ -1,27 +1,28 @@
-"""Shared helpers for the launcher / dt_elastic tests (node-side programs in files/)."""
+"""Shared helpers for the node runtime's tests (the dynatrain_runtime package).
+
+The pure parts are imported from the controller venv (``make runtime`` installs the
+wheel there); the real MXNet runs use the node venv ``make node-venv`` builds
+(``.localcloud/node-venv``; ``DT_NODE_PYTHON`` names another).
+"""
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-FILES = os.path.join(ROOT, "files")
-if FILES not in sys.path:
-    sys.path.insert(0, FILES)
-
-NODE_PYTHON = os.environ.get("DT_NODE_PYTHON", "/tmp/node-venv/bin/python")
+NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 
 
 def node_python_or_skip():
     if not os.access(NODE_PYTHON, os.X_OK):
         pytest.skip("node Python with MXNet not found at %s (set DT_NODE_PYTHON)" % NODE_PYTHON)
-    rc = subprocess.call([NODE_PYTHON, "-c", "import mxnet, sklearn"], stdout=subprocess.DEVNULL,
+    rc = subprocess.call([NODE_PYTHON, "-c", "import mxnet, sklearn, dynatrain_runtime"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     if rc != 0:
-        pytest.skip("%s cannot import mxnet and sklearn (set DT_NODE_PYTHON)" % NODE_PYTHON)
+        pytest.skip("%s cannot import mxnet, sklearn and dynatrain_runtime (make node-venv, or set DT_NODE_PYTHON)"
+                    % NODE_PYTHON)
     return NODE_PYTHON
 
 
@@ -33,7 +34,7 @@ def node_python():
 @pytest.fixture(scope="session")
 def digits_npz(tmp_path_factory, node_python):
     out = tmp_path_factory.mktemp("data") / "digits.npz"
-    subprocess.check_call([node_python, os.path.join(FILES, "prepare_digits.py"), "--out", str(out)])
+    subprocess.check_call([node_python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", str(out)])
     return str(out)
 
 
@@ -77,13 +78,13 @@ def events(efs):
 
 
 class LauncherRun(object):
-    """A dt_launcher.py --transport local process on a temp EFS directory."""
+    """A ``python -m dynatrain_runtime.launcher --transport local`` process on a temp EFS directory."""
 
     def __init__(self, efs, node_python, data, script_args=(), launcher_args=(), port_base=19100):
         self.efs = str(efs)
         self.logfile = open(os.path.join(self.efs, "launcher.out"), "ab")
-        cmd = [node_python, os.path.join(FILES, "dt_launcher.py"), "--efs-mount", self.efs,
-               "--python", node_python, "--script", os.path.join(FILES, "train_digits.py"),
+        cmd = [node_python, "-m", "dynatrain_runtime.launcher", "--efs-mount", self.efs,
+               "--python", node_python, "--script", "dynatrain_runtime.examples.train_digits",
                "--transport", "local", "--omp-threads", "1", "--port-base", str(port_base),
                "--poll-interval", "0.2"] + list(launcher_args) + \
               ["--", "--data", data, "--audit-samples"] + list(script_args)
@@ -110,8 +111,8 @@ class LauncherRun(object):
 
 
 def latest_meta(efs):
-    import dt_elastic
-    latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
+    from dynatrain_runtime.checkpoint import CheckpointStore
+    latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()
     return latest[1] if latest else None
 
 
@@ -128,6 +129,6 @@ def pids_of_host(ip):
                 cmd = handle.read()
         except OSError:
             continue
-        if ("DT_WORKER_IP=%s" % ip).encode() in env and b"train_digits.py" in cmd and b"child" not in cmd:
+        if ("DT_WORKER_IP=%s" % ip).encode() in env and b"train_digits" in cmd and b"child" not in cmd:
             out.append(int(name))
     return out

@@ -5,8 +5,9 @@ import threading
 
 import pytest
 
-import dt_elastic as d
-import dt_launcher
+from dynatrain_runtime import checkpoint as d
+from dynatrain_runtime import jobfiles
+from dynatrain_runtime.launcher import loop, parse_args
 
 
 def payload_writer(size):
@@ -75,20 +76,21 @@ def test_same_step_is_not_rewritten(tmp_path):
 
 
 def test_stop_request_roundtrip(tmp_path):
-    efs = str(tmp_path)
-    assert d.read_stop_request(efs) is None
-    d.write_stop_request(efs, 7, "resize", at="epoch")
-    req = d.read_stop_request(efs)
+    files = jobfiles.JobFiles(str(tmp_path))
+    assert jobfiles.read_stop_request(files) is None
+    jobfiles.write_stop_request(files, 7, "resize", at="epoch")
+    req = jobfiles.read_stop_request(files)
     assert req["generation"] == 7 and req["at"] == "epoch"
-    d.clear_stop_request(efs)
-    d.clear_stop_request(efs)
-    assert d.read_stop_request(efs) is None
+    assert files.stop_request == os.path.join(str(tmp_path), "control", "stop.json")
+    jobfiles.clear_stop_request(files)
+    jobfiles.clear_stop_request(files)
+    assert jobfiles.read_stop_request(files) is None
 
 
 def make_launcher(efs, master="127.0.0.1"):
-    args = dt_launcher.parse_args(["--efs-mount", str(efs), "--script", "/bin/true", "--transport", "local",
+    args = parse_args(["--efs-mount", str(efs), "--script", "/bin/true", "--transport", "local",
                                    "--master", master])
-    return dt_launcher.Launcher(args)
+    return loop.Launcher(args)
 
 
 def read_log(efs):
@@ -98,13 +100,13 @@ def read_log(efs):
 
 def test_log_seq_continues_across_launcher_restarts(tmp_path):
     la = make_launcher(tmp_path)
-    la.confirm_membership(["127.0.0.2", "127.0.0.1"])
-    la.confirm_membership(["127.0.0.2", "127.0.0.1"])            # idempotent: nothing new
-    la.confirm_membership(["127.0.0.2", "127.0.0.3", "127.0.0.1"])
-    la.append_log("FAILED", "127.0.0.3")
+    la.members.confirm(["127.0.0.2", "127.0.0.1"])
+    la.members.confirm(["127.0.0.2", "127.0.0.1"])            # idempotent: nothing new
+    la.members.confirm(["127.0.0.2", "127.0.0.3", "127.0.0.1"])
+    la.members.append_log("FAILED", "127.0.0.3")
     lb = make_launcher(tmp_path)                                  # "restart": state only from the files
-    lb.confirm_membership(["127.0.0.1"])                          # .2 removed while we were down
-    lb.confirm_membership(["127.0.0.4", "127.0.0.1"])
+    lb.members.confirm(["127.0.0.1"])                          # .2 removed while we were down
+    lb.members.confirm(["127.0.0.4", "127.0.0.1"])
     assert read_log(tmp_path) == [
         ["0", "ADDED", "127.0.0.2"], ["1", "ADDED", "127.0.0.1"], ["2", "ADDED", "127.0.0.3"],
         ["3", "FAILED", "127.0.0.3"], ["4", "REMOVED", "127.0.0.2"], ["5", "ADDED", "127.0.0.4"]]
@@ -117,19 +119,19 @@ def test_malformed_host_worker_keeps_last_good_membership(tmp_path):
     hw = os.path.join(str(tmp_path), "host_worker")
     with open(hw, "w") as handle:
         handle.write("127.0.0.2\n127.0.0.1\n")
-    assert la.read_host_worker() == ["127.0.0.2", "127.0.0.1"]
+    assert la.members.read() == ["127.0.0.2", "127.0.0.1"]
     for bad in ("127.0.0.2\nnot-an-ip\n127.0.0.1\n", "127.0.0.2\n", "127.0.0.1\n127.0.0.2\n", "", "1.2.3.4\n1.2.3.4\n"):
         with open(hw, "w") as handle:
             handle.write(bad)
-        assert la.read_host_worker() is None, bad
-        assert la.hw_error
+        assert la.members.read() is None, bad
+        assert la.members.error
     errors = [e for e in (json.loads(l) for l in open(os.path.join(str(tmp_path), "events.jsonl")))
               if e["event"] == "host_worker_error"]
     assert len(errors) == 5 and "not-an-ip" in errors[0]["error"] and "master" in errors[1]["error"]
-    assert la.last_good == ["127.0.0.2", "127.0.0.1"]
+    assert la.members.last_good == ["127.0.0.2", "127.0.0.1"]
     with open(hw, "w") as handle:
         handle.write("# comment\n127.0.0.3\n\n127.0.0.1\n")
-    assert la.read_host_worker() == ["127.0.0.3", "127.0.0.1"] and la.hw_error is None
+    assert la.members.read() == ["127.0.0.3", "127.0.0.1"] and la.members.error is None
 
 
 def test_drop_from_host_worker_is_atomic_and_keeps_master_last(tmp_path):
@@ -137,20 +139,20 @@ def test_drop_from_host_worker_is_atomic_and_keeps_master_last(tmp_path):
     hw = os.path.join(str(tmp_path), "host_worker")
     with open(hw, "w") as handle:
         handle.write("127.0.0.2\n127.0.0.3\n127.0.0.1\n")
-    la.drop_from_host_worker(["127.0.0.3"])
+    la.members.drop(["127.0.0.3"])
     assert open(hw).read() == "127.0.0.2\n127.0.0.1\n"
     assert os.path.exists(hw + ".lock")
 
 
 def test_ssh_command_is_strict_and_has_no_secrets(tmp_path):
-    args = dt_launcher.parse_args(["--efs-mount", str(tmp_path), "--script", "/opt/dynatrain/bin/train_digits.py",
+    args = parse_args(["--efs-mount", str(tmp_path), "--script", "/opt/dynatrain/venv/bin/dt-train-digits",
                                    "--master", "10.0.0.1", "--python", "/opt/dynatrain/venv/bin/python",
                                    "--", "--epochs", "3"])
-    la = dt_launcher.Launcher(args)
-    cmd = la.transport_cmd("10.0.0.7", ["/opt/dynatrain/venv/bin/python", args.script], {"A": "b c"})
+    la = loop.Launcher(args)
+    cmd = la.transport.command("10.0.0.7", ["/opt/dynatrain/venv/bin/python", args.script], {"A": "b c"})
     assert cmd[0] == "ssh" and "StrictHostKeyChecking=yes" in cmd and "BatchMode=yes" in cmd
     assert "StrictHostKeyChecking=no" not in " ".join(cmd)
     assert "admin@10.0.0.7" in cmd and "ServerAliveInterval=2" in cmd
     assert "child" in cmd[-1] and "'A=b c'" in cmd[-1]
-    assert la.transport_cmd("10.0.0.1", ["x"], {})[0] != "ssh"      # the master runs locally
+    assert la.transport.command("10.0.0.1", ["x"], {})[0] != "ssh"      # the master runs locally
     assert args.script_args == ["--epochs", "3"]

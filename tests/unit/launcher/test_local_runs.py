@@ -1,4 +1,4 @@
-"""Real MXNet runs of dt_launcher --transport local on 127.x addresses (needs DT_NODE_PYTHON)."""
+"""Real MXNet runs of the launcher (--transport local) on 127.x addresses, with the node venv."""
 import json
 import os
 import signal
@@ -7,7 +7,7 @@ import pytest
 
 from conftest import (LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts)
 
-import dt_elastic
+from dynatrain_runtime.checkpoint import audit_check
 
 EPOCHS = ["--epochs", "5", "--seed", "42", "--global-batch", "64", "--lr", "0.1"]
 M, A, B, C = "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"
@@ -15,7 +15,7 @@ M, A, B, C = "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"
 
 def audit_ok(meta):
     assert meta["finished"], meta
-    problems = dt_elastic.audit_check(meta["audit"], meta["num_samples"])
+    problems = audit_check(meta["audit"], meta["num_samples"])
     assert problems == []
     assert sorted(meta["audit"]["completed_epochs"]) == list(range(5))
     per_epoch = {}

@@ -3,7 +3,8 @@ import random
 
 import pytest
 
-import dt_elastic as d
+from dynatrain_runtime import data as d
+from dynatrain_runtime.checkpoint import audit_check
 
 
 def test_epoch_order_is_deterministic_permutation():
@@ -128,10 +129,10 @@ def test_unknown_policy_rejected():
 
 def test_audit_check_detects_repeats_and_gaps():
     good = {"steps": [{"epoch": 0, "idx": [0, 1]}, {"epoch": 0, "idx": [2]}], "completed_epochs": [0]}
-    assert d.audit_check(good, 3) == []
+    assert audit_check(good, 3) == []
     rep = {"steps": [{"epoch": 0, "idx": [0, 1]}, {"epoch": 0, "idx": [1, 2]}], "completed_epochs": [0]}
-    assert "more than once" in d.audit_check(rep, 3)[0]
+    assert "more than once" in audit_check(rep, 3)[0]
     gap = {"steps": [{"epoch": 0, "idx": [0]}], "completed_epochs": [0]}
-    assert "never used" in d.audit_check(gap, 3)[0]
+    assert "never used" in audit_check(gap, 3)[0]
     dup = {"steps": [{"epoch": 0, "idx": [0, 1, 2], "dup": {"1": 2}}], "completed_epochs": [0]}
-    assert "more than once" in d.audit_check(dup, 3)[0]
+    assert "more than once" in audit_check(dup, 3)[0]

@@ -1,34 +1,28 @@
-#!/usr/bin/env python3
-# -*- coding: utf-8 -*-
-# Copyright: dynatrain.elastic contributors
-# Apache License 2.0 (see LICENSE)
 """Example elastic training script: a Gluon MLP on scikit-learn's digits (8x8, 10 classes).
 
-Runs under dt_launcher (kvstore dist_sync, one process per worker host) or alone
+Installed as ``dt-train-digits``.  Runs under the launcher (kvstore dist_sync, one process per worker host) or alone
 (local kvstore, one worker).  Per epoch it prints loss/accuracy and appends an
 ``epoch`` record to ``$EFS_MOUNT/events.jsonl``; at the end rank 0 writes
 ``$EFS_MOUNT/results/final.json``.  Exit status: 0 = done, 75 = stopped at a
 boundary on the launcher's request (checkpoint written), other = failure.
 """
+from __future__ import annotations
+
 import argparse
 import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import dt_elastic  # noqa: E402
+from dynatrain_runtime import BATCH_POLICIES, Elastic
 
 DEFAULT_DATA = os.environ.get("DT_DATA_PATH", "/var/lib/dynatrain/data/digits.npz")
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="Elastic MXNet Gluon MLP on the digits data set")
-    ap.add_argument("--data", default=DEFAULT_DATA, help="prepared .npz (prepare_digits.py) [%(default)s]")
+    ap.add_argument("--data", default=DEFAULT_DATA, help="prepared .npz (dt-prepare-digits) [%(default)s]")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--global-batch", type=int, default=64,
                     help="global batch (fixed-global) and the batch --lr is tuned for [%(default)s]")
@@ -38,7 +32,7 @@ def parse_args(argv=None):
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=42, help="init, sample order and split seed")
     ap.add_argument("--val-fraction", type=float, default=0.2)
-    ap.add_argument("--batch-policy", choices=dt_elastic.BATCH_POLICIES, default="fixed-global")
+    ap.add_argument("--batch-policy", choices=BATCH_POLICIES, default="fixed-global")
     ap.add_argument("--warmup-steps", type=int, default=0,
                     help="linear LR warm-up after each world change (fixed-per-worker) [%(default)s]")
     ap.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints (0 = only on stop)")
@@ -54,7 +48,7 @@ def parse_args(argv=None):
 
 def load_data(path, seed, val_fraction):
     if not os.path.exists(path):
-        sys.exit("train_digits: data %s not found: run prepare_digits.py --out %s first" % (path, path))
+        sys.exit(f"train_digits: data {path} not found: run dt-prepare-digits --out {path} first")
     with np.load(path) as data:
         x, y = data["x"].astype("float32"), data["y"].astype("float32")
     perm = np.random.RandomState(seed).permutation(len(x))          # fixed train/val split
@@ -70,12 +64,12 @@ def main(argv=None):
     import mxnet as mx
     from mxnet import autograd, gluon, nd
 
-    el = dt_elastic.Elastic(num_samples=len(x_train), global_batch=args.global_batch, epochs=args.epochs,
-                            seed=args.seed, lr=args.lr, batch_policy=args.batch_policy,
-                            per_worker_batch=args.per_worker_batch, warmup_steps=args.warmup_steps,
-                            checkpoint_every=args.checkpoint_every, audit_samples=args.audit_samples,
-                            checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
-                            kvstore=args.kvstore)
+    el = Elastic(num_samples=len(x_train), global_batch=args.global_batch, epochs=args.epochs,
+                 seed=args.seed, lr=args.lr, batch_policy=args.batch_policy,
+                 per_worker_batch=args.per_worker_batch, warmup_steps=args.warmup_steps,
+                 checkpoint_every=args.checkpoint_every, audit_samples=args.audit_samples,
+                 checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
+                 kvstore=args.kvstore)
     mx.random.seed(args.seed)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(args.hidden, activation="relu"), gluon.nn.Dense(10))
@@ -95,14 +89,16 @@ def main(argv=None):
         if el.rank != 0:
             return
         summary["val_acc"] = val_accuracy()
-        print("epoch %(epoch)d step %(step)d world %(world)d train_loss %(train_loss).4f train_acc %(train_acc).4f "
-              "val_acc %(val_acc).4f samples/s %(samples_per_s).1f" % summary, flush=True)
+        s = summary
+        print(f"epoch {s['epoch']} step {s['step']} world {s['world']} train_loss {s['train_loss']:.4f} "
+              f"train_acc {s['train_acc']:.4f} val_acc {s['val_acc']:.4f} samples/s {s['samples_per_s']:.1f}",
+              flush=True)
         el.log_event("epoch", **summary)
 
     el.on_epoch_end(epoch_end)
     if el.rank == 0:
-        print("train_digits: rank 0 of %d, generation %d, start at epoch %d step %d (pos %d), %d train / %d val"
-              % (el.world, el.generation, el.epoch, el.step, el.pos, len(x_train), len(x_val)), flush=True)
+        print(f"train_digits: rank 0 of {el.world}, generation {el.generation}, start at epoch {el.epoch} "
+              f"step {el.step} (pos {el.pos}), {len(x_train)} train / {len(x_val)} val", flush=True)
     for batch in el.batches():
         idx = np.asarray(batch.indices)
         x, y, w = nd.array(x_train[idx]), nd.array(y_train[idx]), nd.array(batch.weights)
@@ -121,7 +117,7 @@ def main(argv=None):
                                 "global_batch": args.global_batch, "batch_policy": args.batch_policy,
                                 "seed": args.seed}, path=args.result)
         el.log_event("train_end", val_acc=acc, step=el.step, epoch=el.epoch, result=path)
-        print("train_digits: finished: val_acc %.4f after %d epochs, %d steps -> %s" % (acc, el.epoch, el.step, path),
+        print(f"train_digits: finished: val_acc {acc:.4f} after {el.epoch} epochs, {el.step} steps -> {path}",
               flush=True)
     return el.finish()
 

@@ -1,1 +1,0 @@
-"""Molecule stand-in for the training helper API."""

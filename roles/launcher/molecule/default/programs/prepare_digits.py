@@ -1,2 +1,0 @@
-#!/usr/bin/env python3
-"""Molecule stand-in for the example prepare-data script."""

@@ -1,0 +1,71 @@
+"""The job's files on the shared volume (node side): where they are and how they are written.
+
+``host_worker`` / ``host_worker_log`` have their one home in ``host_worker_file`` (the
+same module the Ansible collection uses); this module adds the JSON files:
+``events.jsonl`` (appended under a lock), ``status.json`` and the stop request
+(``control/stop.json``), both written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from . import host_worker_file as hwf
+
+
+class JobFiles:
+    """Paths of one job's files under the shared volume ``efs_mount``."""
+
+    def __init__(self, efs_mount, checkpoint_dir=None):
+        self.efs = os.path.abspath(efs_mount)
+        self.host_worker = os.path.join(self.efs, "host_worker")
+        self.log = hwf.default_log_path(self.host_worker)
+        self.events = os.path.join(self.efs, "events.jsonl")
+        self.status = os.path.join(self.efs, "status.json")
+        self.control = os.path.join(self.efs, "control")
+        self.stop_request = os.path.join(self.control, "stop.json")
+        self.launcher_state = os.path.join(self.control, "launcher_state.json")
+        self.checkpoints = checkpoint_dir or os.path.join(self.efs, "checkpoints")
+        self.result = os.path.join(self.efs, "results", "final.json")
+
+
+def write_json(path, obj, indent=None):
+    """Write ``obj`` as JSON atomically (readers never see half a file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    hwf.atomic_write(path, json.dumps(obj, sort_keys=True, indent=indent), mode=0o644)
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as handle:
+            return json.loads(handle.read() or "null")
+    except (OSError, ValueError):
+        return default
+
+
+def append_jsonl(path, record):
+    """Append one JSON line under the exclusive lock ``<path>.lock`` (safe across NFS clients)."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with hwf.locked(path):
+        with open(path, "a") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def write_stop_request(files, generation, reason, at="step"):
+    """Ask every worker of ``generation`` to stop at the next ``at`` boundary."""
+    write_json(files.stop_request, {"generation": int(generation), "reason": reason, "at": at, "time": time.time()})
+
+
+def clear_stop_request(files):
+    try:
+        os.unlink(files.stop_request)
+    except FileNotFoundError:
+        pass
+
+
+def read_stop_request(files):
+    return read_json(files.stop_request)

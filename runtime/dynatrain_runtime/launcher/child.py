@@ -1,0 +1,87 @@
+"""``python -m dynatrain_runtime.launcher child [--env K=V ...] -- CMD...``: run CMD, die with our stdin.
+
+Every process the launcher starts (locally or over ssh) runs under this wrapper, so
+nothing outlives the launcher or its ssh session: stdin lines are forwarded to the
+child; when stdin reaches EOF or we get SIGTERM/SIGHUP, the child's process group is
+terminated (then killed).  Exits with the child's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def _kill_group(proc, grace=3.0):
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                return
+            time.sleep(0.05)
+
+
+def _pump_stdin(proc, done):
+    """Forward our stdin to the child; at EOF the launcher is gone: end the child."""
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
+        try:
+            proc.stdin.write(line)
+            proc.stdin.flush()
+        except (OSError, ValueError):
+            pass
+    if not done.is_set():
+        _kill_group(proc)
+
+
+def child_main(argv):
+    ap = argparse.ArgumentParser(prog="dynatrain_runtime.launcher child")
+    ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        print("launcher child: no command", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    for item in args.env:
+        key, _sep, value = item.partition("=")
+        env[key] = value
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        print(f"launcher child: cannot start {cmd[0]}: {exc}", file=sys.stderr)
+        return 127
+    done = threading.Event()
+
+    def on_signal(signum, _frame):
+        _kill_group(proc)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    threading.Thread(target=_pump_stdin, args=(proc, done), daemon=True).start()
+    rc = proc.wait()
+    done.set()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)     # anything the child left behind in its group
+    except OSError:
+        pass
+    sys.stdout.flush()
+    # os._exit: the pump thread is blocked in a buffered stdin read, and a normal interpreter
+    # exit would abort ("_enter_buffered_busy") on Python 3.11.
+    os._exit(rc if rc >= 0 else 128 - rc)

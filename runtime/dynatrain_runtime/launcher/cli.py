@@ -1,0 +1,63 @@
+"""``dt-launcher`` / ``python -m dynatrain_runtime.launcher``: the elastic launcher's command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..protocol import RESIZE_AT
+from .child import child_main
+from .loop import Launcher
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="dt-launcher",
+        description="Elastic MXNet parameter-server launcher of dynatrain.elastic (runs on the master).",
+        epilog="Arguments after -- go to the training script.")
+    ap.add_argument("--efs-mount", default=os.environ.get("EFS_MOUNT", "/myEFSvolume"),
+                    help="shared volume with host_worker, host_worker_log, checkpoints/ [%(default)s]")
+    ap.add_argument("--python", default=sys.executable,
+                    help="node Python with MXNet and dynatrain_runtime, the same path on every node [%(default)s]")
+    ap.add_argument("--script", required=True,
+                    help="training script: a path (the same on every node) or a module name run with -m")
+    ap.add_argument("--transport", choices=("ssh", "local"), default="ssh",
+                    help="ssh to the workers, or run every 'host' as a local process (tests) [%(default)s]")
+    ap.add_argument("--ssh-user", default="admin")
+    ap.add_argument("--ssh-key", default="~/.ssh/dynatrain_cluster")
+    ap.add_argument("--known-hosts", default="~/.ssh/known_hosts_dynatrain")
+    ap.add_argument("--ssh-connect-timeout", type=int, default=10)
+    ap.add_argument("--local-ip", action="append", default=[],
+                    help="addresses of this machine, run without ssh (the master always is)")
+    ap.add_argument("--master", default=None, help="master IP [last line of host_worker]")
+    ap.add_argument("--resize-at", choices=RESIZE_AT, default="step")
+    ap.add_argument("--port-base", type=int, default=9091, help="scheduler port = base + generation %% 500")
+    ap.add_argument("--num-servers", type=int, default=1, help="parameter servers on the master [%(default)s]")
+    ap.add_argument("--checkpoint-dir", default=None, help="[EFS_MOUNT/checkpoints]")
+    ap.add_argument("--omp-threads", type=int, default=0, help="OMP/MKL/MXNet CPU threads per process (0 = unset)")
+    ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for every process")
+    ap.add_argument("--no-warm-spares", dest="warm_spares", action="store_false",
+                    help="start processes only when needed (slower resizes)")
+    ap.add_argument("--poll-interval", type=float, default=0.5, help="host_worker poll period, s [%(default)s]")
+    ap.add_argument("--dead-timeout", type=float, default=6.0, help="silence before a worker is FAILED, s")
+    ap.add_argument("--stall-timeout", type=float, default=12.0, help="no step progress before a stall, s")
+    ap.add_argument("--start-timeout", type=float, default=60.0, help="generation start to first step, s")
+    ap.add_argument("--stop-timeout", type=float, default=30.0, help="stop request to all workers stopped, s")
+    ap.add_argument("--max-restarts", type=int, default=5, help="consecutive failed generations before giving up")
+    ap.add_argument("--wait-host-worker", type=float, default=300.0, help="wait this long for a valid host_worker")
+    ap.add_argument("--status-interval", type=float, default=2.0)
+    ap.add_argument("script_args", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    if args.script_args and args.script_args[0] == "--":
+        args.script_args = args.script_args[1:]
+    if args.transport == "local" and os.path.exists(args.script):
+        args.script = os.path.abspath(args.script)
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "child":
+        return child_main(argv[1:])
+    return Launcher(parse_args(argv)).run()

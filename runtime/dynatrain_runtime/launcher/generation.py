@@ -1,0 +1,114 @@
+"""One process group of the job: its membership, its processes and how it is doing."""
+
+from __future__ import annotations
+
+import time
+
+from ..protocol import EXIT_STOPPED
+
+
+class Generation:
+    """The processes started for one membership, from start to done, stop or failure."""
+
+    def __init__(self, gid, membership, port, resume):
+        self.id = gid
+        self.membership = list(membership)
+        self.port = port
+        self.resume = resume                    # (path, meta) or None
+        self.resume_step = resume[1]["step"] if resume else 0
+        self.workers = {}                       # ip -> Proc
+        self.servers = []                       # scheduler first
+        self.started = time.time()
+        self.first_step_at = None
+        self.stop_at = None
+        self.stop_reason = None
+        self.exited = {}                        # ip -> rc
+        self.hb = {}                            # ip -> last hb msg
+        self.progress_at = time.time()
+        self.max_step = self.resume_step
+        self.started_hosts = set()
+        self.done = False
+        self.resize = None                      # info dict of the resize that created this generation
+        self.last_ckpt = None
+        self.samples_per_s = 0.0
+        self.epoch = resume[1]["epoch"] if resume else 0
+        self.server_exit_at = None
+        self.server_exit = None
+
+    @property
+    def world(self):
+        return len(self.membership)
+
+    def procs(self):
+        return list(self.workers.values()) + self.servers
+
+    def on_heartbeat(self, proc, msg):
+        """Record a worker's heartbeat; True when it is this generation's first step."""
+        proc.last_hb = msg
+        if msg.get("state") == "stopped":
+            proc.stopped = True
+        self.hb[proc.host] = msg
+        self.started_hosts.add(proc.host)
+        step = int(msg.get("step", 0))
+        if step > self.max_step:
+            self.max_step = step
+            self.progress_at = time.time()
+        self.epoch = msg.get("epoch", self.epoch)
+        if msg.get("rank") == 0 and msg.get("samples_per_s"):
+            self.samples_per_s = float(msg["samples_per_s"])
+        return self.first_step_at is None and step > self.resume_step
+
+    # ------------------------------------------------------------------ failure detection
+    def exited_badly(self, now, master):
+        """Workers whose process ended without being asked; the master if a server died."""
+        failed = {}
+        for host, w in self.workers.items():
+            rc = w.poll()
+            if rc is None or host in self.exited:
+                continue
+            self.exited[host] = rc
+            if rc == 0 or (rc == EXIT_STOPPED and self.stop_at is not None):
+                continue
+            hint = " (ssh: host unreachable?)" if rc == 255 else ""
+            failed[host] = f"worker process exited with status {rc}{hint}"
+        for s in self.servers:
+            if s.poll() is not None and self.server_exit_at is None:
+                self.server_exit_at = now
+                self.server_exit = f"{s.role} exited with status {s.rc}"
+        if (self.server_exit_at is not None and now - self.server_exit_at > 3.0 and self.stop_at is None
+                and not self.done and len(self.exited) < len(self.workers)):
+            failed.setdefault(master, self.server_exit)   # workers can't go on without it
+        return failed
+
+    def silent(self, now, failed, start_timeout, dead_timeout):
+        """Workers with no sign of life (dead host, frozen VM)."""
+        out = {}
+        for host, w in self.workers.items():
+            if host in self.exited or host in failed:
+                continue
+            if w.last_alive is None and now - self.started > start_timeout:
+                out[host] = f"worker did not start within {start_timeout:.0f} s"
+            elif w.last_alive is not None and now - w.last_alive > dead_timeout:
+                out[host] = f"no sign of life for {now - w.last_alive:.1f} s"
+        return out
+
+    def stalled(self, now, master, start_timeout, stall_timeout):
+        """Everybody alive but no step progress: the laggards, or the whole job (blamed on the master)."""
+        if self.stop_at is not None:
+            return {}
+        ref = self.progress_at if self.first_step_at else self.started
+        limit = stall_timeout if self.first_step_at else start_timeout
+        if now - ref <= limit:
+            return {}
+        behind = [h for h, w in self.workers.items()
+                  if (w.last_hb or {}).get("step", self.resume_step) < self.max_step]
+        if behind and len(behind) < len(self.workers):
+            return {h: f"stalled at step {(self.workers[h].last_hb or {}).get('step')} "
+                       f"while others reached {self.max_step}" for h in behind}
+        return {master: f"no progress for {now - ref:.0f} s (whole job stalled)"}
+
+    def stopped_at_boundary(self):
+        """Every worker is past the stop boundary and rank 0 has checkpointed."""
+        return (self.stop_at is not None
+                and all(w.stopped or host in self.exited for host, w in self.workers.items())
+                and any(w.stopped and (w.last_hb or {}).get("rank") == 0 for w in self.workers.values()))

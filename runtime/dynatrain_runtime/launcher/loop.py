@@ -1,0 +1,413 @@
+"""The launcher's main loop: one generation after another, each watched until done, stopped or failed.
+
+A change of ``host_worker`` is applied at the next step boundary (``--resize-at step``,
+default) or epoch boundary (``--resize-at epoch``, DT's behaviour): stop request ->
+every worker stops at the same boundary, rank 0 checkpoints, all exit -> the process
+group is rebuilt with the new membership -> it resumes from exactly that step.
+A lost worker is logged ``FAILED``, dropped from ``host_worker``, and the job resumes
+from the last checkpoint.  SIGTERM: stop at the next boundary, checkpoint, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+
+from ..checkpoint import CheckpointStore
+from ..jobfiles import JobFiles, clear_stop_request, write_json, write_stop_request
+from .generation import Generation
+from .membership import Membership
+from .proc import Proc, reap
+from .records import Records
+from .spares import SparePool
+from .transport import Transport
+
+
+class Launcher:
+    def __init__(self, args):
+        self.args = args
+        self.files = JobFiles(args.efs_mount, args.checkpoint_dir)
+        self.efs = self.files.efs
+        self.store = CheckpointStore(self.files.checkpoints)
+        self.records = Records(self.files, args.status_interval)
+        self.out, self.event = self.records.out, self.records.event
+        self.members = Membership(self.files, self.records, master=args.master)
+        self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
+                                   args.ssh_connect_timeout, args.local_ip)
+        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers)
+        self.master = args.master             # the transport runs the master's processes locally
+        self.msgq = queue.Queue()
+        self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
+        self.membership = []
+        self.state = "starting"
+        self.gen = None
+        self.gen_counter = 0
+        self.failures_without_progress = 0
+        self.pending_resize = None
+        self.reapers = []
+
+    @property
+    def master(self):
+        return self.members.master
+
+    @master.setter
+    def master(self, ip):
+        self.members.master = ip
+        self.transport.master = ip
+
+    # ------------------------------------------------------------------ status
+    def _snapshot(self):
+        g = self.gen
+        return {"state": self.state, "master": self.master,
+                "membership": list(g.membership) if g else list(self.membership),
+                "world_size": g.world if g else len(self.membership),
+                "generation": g.id if g else None, "epoch": g.epoch if g else None,
+                "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
+                "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
+                "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
+                "spares_wanted": self.spares.wanted_count()}
+
+    def write_status(self, force=False):
+        self.records.status(self._snapshot, force=force)
+
+    # ------------------------------------------------------------------ processes
+    def static_env(self, host):
+        env = {"DT_ASSIGN": "stdin", "EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
+               "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
+               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or ""}
+        if self.args.omp_threads:
+            for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
+                env[key] = str(self.args.omp_threads)
+        for item in self.args.env:
+            key, _sep, value = item.partition("=")
+            env[key] = value
+        return env
+
+    def spawn(self, host, kind):
+        a = self.args
+        if kind == "worker":
+            argv = [a.python] + script_argv(a.script) + list(a.script_args)
+        else:
+            argv = [a.python, "-m", "dynatrain_runtime.serve"]
+        cmd = self.transport.command(host, argv, self.static_env(host))
+        return Proc(host, kind, cmd, self.msgq, self.out)
+
+    # ------------------------------------------------------------------ generations
+    def next_generation_id(self):
+        self.gen_counter += 1
+        write_json(self.files.launcher_state, {"generation": self.gen_counter})
+        return self.gen_counter
+
+    def start_generation(self, membership):
+        resume = self.store.latest()
+        gid = self.next_generation_id()
+        port = self.args.port_base + (gid % 500)
+        g = Generation(gid, membership, port, resume)
+        clear_stop_request(self.files)
+        ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
+                  "DMLC_NUM_SERVER": str(self.args.num_servers), "DMLC_NUM_WORKER": str(len(membership)),
+                  "DT_GENERATION": str(gid), "PS_VERBOSE": "0"}
+        if resume:
+            ps_env["DT_RESUME_PATH"] = resume[0]
+        else:
+            ps_env["DT_RESUME"] = "none"
+        for role in ["scheduler"] + ["server"] * self.args.num_servers:
+            proc = self.spares.take(self.master, "serve")
+            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=self.master))
+            g.servers.append(proc)
+        for host in membership:
+            w = self.spares.take(host, "worker")
+            w.assign("worker", gid, dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host))
+            g.workers[host] = w
+        self.gen = g
+        self.state = "running" if g.resize is None else "resizing"
+        start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
+        self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, scheduler {self.master}:{port}, "
+                 f"{start}")
+        self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
+                   resume_step=g.resume_step, resume_path=resume[0] if resume else None)
+        return g
+
+    def request_stop(self, g, reason):
+        if g.stop_at is not None:
+            return
+        g.stop_at = time.time()
+        g.stop_reason = reason
+        at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"
+        write_stop_request(self.files, g.id, reason, at=at)
+        for w in g.workers.values():
+            w.send({"kind": "stop", "generation": g.id, "at": at, "reason": reason})
+        self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
+
+    def handle_msg(self, proc, msg):
+        g = self.gen
+        kind = msg.get("kind")
+        if kind == "ready":
+            proc.ready = True
+            return
+        if kind == "alive":
+            proc.last_alive = time.time()
+            return
+        if g is None or msg.get("generation") != g.id:
+            return
+        proc.last_alive = time.time()
+        if kind == "hb":
+            if g.on_heartbeat(proc, msg):
+                self.on_first_step(g, msg)
+        elif kind == "checkpoint":
+            g.last_ckpt = msg.get("path")
+            g.progress_at = time.time()
+        elif kind == "done":
+            g.done = True
+            g.max_step = max(g.max_step, int(msg.get("step", 0)))
+
+    def on_first_step(self, g, msg):
+        g.first_step_at = time.time()
+        self.failures_without_progress = 0
+        self.state = "running"
+        self.members.confirm(g.membership)
+        if g.resize is not None:
+            r = g.resize
+            r.update(first_step_s=round(g.first_step_at - g.started, 3),
+                     total_s=round(g.first_step_at - r["detected_at"], 3),
+                     first_step=int(msg.get("step", 0)), world=g.world, generation=g.id)
+            self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
+                     f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
+            self.event("resize_end", **r)
+        self.spares.plan(g.membership, self.master)
+        self.write_status(force=True)
+
+    # ------------------------------------------------------------------ watching a generation
+    def _drain_messages(self):
+        try:
+            proc, msg = self.msgq.get(timeout=0.1)
+            self.handle_msg(proc, msg)
+            while True:
+                proc, msg = self.msgq.get_nowait()
+                self.handle_msg(proc, msg)
+        except queue.Empty:
+            pass
+
+    def _check_host_worker(self, g, now):
+        """Start a resize when host_worker names another membership."""
+        hosts = self.members.read()
+        if hosts is None or hosts == g.membership or g.stop_at is not None:
+            return
+        added = [h for h in hosts if h not in g.membership]
+        removed = [h for h in g.membership if h not in hosts]
+        self.pending_resize = {"detected_at": now, "from": g.membership, "to": hosts,
+                               "from_world": g.world, "to_world": len(hosts),
+                               "added": added, "removed": removed, "resize_at": self.args.resize_at,
+                               "from_generation": g.id}
+        self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {self.args.resize_at} boundary")
+        self.event("resize_start", **self.pending_resize)
+        self.state = "resizing"
+        self.request_stop(g, "resize")
+
+    def _failures(self, g, now):
+        a = self.args
+        failed = g.exited_badly(now, self.master)
+        failed.update(g.silent(now, failed, a.start_timeout, a.dead_timeout))
+        if not failed:
+            failed = g.stalled(now, self.master, a.start_timeout, a.stall_timeout)
+        return failed
+
+    def _outcome(self, g, now, failed):
+        """``(outcome, info)`` once the generation is over, else None."""
+        if g.stop_at is not None and not failed and now - g.stop_at > self.args.stop_timeout:
+            self.out(f"generation {g.id}: workers did not stop within {self.args.stop_timeout:.0f} s; "
+                     "killing them (resume from the last checkpoint)")
+            return "stopped", {"timeout": True}
+        if failed:
+            return "failed", failed
+        if g.stopped_at_boundary():
+            return "stopped", {}
+        if g.first_step_at is not None and g.stop_at is None:
+            self.spares.warm_step()
+        if len(g.exited) == len(g.workers):
+            return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
+        return None
+
+    def monitor(self, g):
+        """Run generation ``g`` until it finishes, stops or fails. Returns (outcome, info)."""
+        next_hw = 0.0
+        while True:
+            self._drain_messages()
+            now = time.time()
+            if self.shutdown and g.stop_at is None:
+                self.request_stop(g, "shutdown")
+            if now >= next_hw:
+                next_hw = now + self.args.poll_interval
+                self._check_host_worker(g, now)
+            result = self._outcome(g, now, self._failures(g, now))
+            if result is not None:
+                return result
+            self.write_status()
+
+    def teardown(self, g, outcome):
+        """Stop the generation's processes; the next generation need not wait for their exit."""
+        procs = g.procs()
+        if outcome == "done":
+            deadline = time.time() + 3.0       # let ps-lite wind down by itself
+            while time.time() < deadline and any(p.poll() is None for p in procs):
+                time.sleep(0.05)
+            reap(procs, 2.0)
+            return
+        for p in procs:
+            p.terminate()
+        t = threading.Thread(target=reap, args=(procs, 2.0), name=f"reap-g{g.id}", daemon=True)
+        t.start()
+        self.reapers.append(t)
+
+    def handle_failure(self, g, failed):
+        self.failures_without_progress += 1
+        drop = [h for h in failed if h != self.master]
+        for host, why in sorted(failed.items()):
+            self.out(f"generation {g.id}: FAILED {host}: {why}")
+            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host in drop)
+        for host in drop:
+            self.members.append_log("FAILED", host)
+        if drop:
+            self.members.drop(drop)
+            self.failures_without_progress = 0
+        latest = self.store.latest()
+        self.pending_resize = {"detected_at": time.time(), "from": g.membership,
+                               "to": [h for h in g.membership if h not in drop], "from_world": g.world,
+                               "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
+                               "resume_step": latest[1]["step"] if latest else 0}
+        self.event("resize_start", **self.pending_resize)
+
+    # ------------------------------------------------------------------ main
+    def install_signals(self):
+        def handler(signum, _frame):
+            if self.shutdown is not None:
+                self.out("second signal: stopping now")
+                self.kill_everything()
+                os._exit(1)
+            self.shutdown = signal.Signals(signum).name
+            self.out(f"{self.shutdown} received: stopping at the next step boundary")
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def kill_everything(self):
+        for t in self.reapers:
+            t.join(timeout=10)
+        procs = self.spares.procs() + (self.gen.procs() if self.gen is not None else [])
+        reap(procs, 1.0)
+
+    def wait_for_host_worker(self):
+        deadline = time.time() + self.args.wait_host_worker
+        while not self.shutdown:
+            hosts = self.members.read()
+            if hosts:
+                return hosts
+            if time.time() > deadline:
+                return None
+            time.sleep(self.args.poll_interval)
+        return None
+
+    def _finish(self, state, reason, code, **fields):
+        self.event("launcher_exit", reason=reason, **fields)
+        self.state = state
+        self.write_status(force=True)
+        return code
+
+    def _start(self):
+        """Load the state, find the membership; an exit code when there is nothing to run."""
+        a = self.args
+        os.makedirs(self.files.control, exist_ok=True)
+        try:
+            with open(self.files.launcher_state) as handle:
+                self.gen_counter = int(json.load(handle).get("generation", 0))
+        except (OSError, ValueError):
+            self.gen_counter = 0
+        self.install_signals()
+        self.out(f"dynatrain launcher starting: efs {self.efs}, transport {a.transport}, resize at {a.resize_at}, "
+                 f"script {a.script} {' '.join(a.script_args)}")
+        self.event("launcher_start", pid=os.getpid(), transport=a.transport, resize_at=a.resize_at,
+                   script=a.script, script_args=a.script_args)
+        latest = self.store.latest()
+        if latest and latest[1].get("finished"):
+            self.out(f"training already finished (checkpoint {latest[0]}); nothing to do")
+            return self._finish("finished", "already_finished", 0, step=latest[1]["step"])
+        if self.master is None:
+            self.master = self.members.master_from_file()
+        hosts = self.wait_for_host_worker()
+        if not hosts:
+            self.out(f"ERROR: no valid host_worker at {self.files.host_worker}; exiting")
+            return self._finish("failed", "no_host_worker", 0 if self.shutdown else 2, error=self.members.error)
+        if self.master is None:
+            self.master = hosts[-1]
+        self.membership = hosts
+        self.state = "starting"
+        self.spares.plan(hosts, self.master, parallel=True)   # everything the first generation needs
+        return None
+
+    def run(self):
+        code = self._start()
+        if code is not None:
+            return code
+        while not self.shutdown:
+            g = self.start_generation(self.membership)
+            if self.pending_resize is not None:
+                g.resize, self.pending_resize = self.pending_resize, None
+                g.resize["stop_s"] = round(g.started - g.resize["detected_at"], 3)
+            outcome, info = self.monitor(g)
+            self.teardown(g, outcome)
+            if outcome == "done":
+                self._train_done(g)
+                break
+            if outcome == "failed":
+                self.handle_failure(g, info)
+                if self.failures_without_progress > self.args.max_restarts:
+                    self.out(f"ERROR: {self.failures_without_progress} consecutive failed generations "
+                             "without progress; giving up")
+                    self.kill_everything()
+                    return self._finish("failed", "too_many_failures", 1)
+            if self.shutdown:
+                break
+            self._next_membership(outcome, info)
+        return self._stop()
+
+    def _train_done(self, g):
+        self.state = "finished"
+        if g.first_step_at is None:
+            self.members.confirm(g.membership)
+        self.out(f"training finished (generation {g.id}, step {g.max_step})")
+        self.event("train_done", generation=g.id, step=g.max_step, membership=g.membership)
+        self.write_status(force=True)
+
+    def _next_membership(self, outcome, info):
+        hosts = self.members.read()
+        self.membership = hosts if hosts is not None else self.members.last_good or self.membership
+        if outcome == "failed":
+            self.membership = [h for h in self.membership if h not in info or h == self.master]
+        if self.pending_resize is not None:
+            self.pending_resize["to"] = self.membership
+            self.pending_resize["to_world"] = len(self.membership)
+
+    def _stop(self):
+        self.kill_everything()
+        if self.state != "finished":
+            self.state = "stopped"
+            latest = self.store.latest()
+            self.out(f"stopped cleanly ({self.shutdown}); last checkpoint: {latest[0] if latest else None}")
+            self.event("launcher_exit", reason=self.shutdown or "stopped",
+                       checkpoint_step=latest[1]["step"] if latest else None)
+        else:
+            self.event("launcher_exit", reason="finished")
+        clear_stop_request(self.files)
+        self.write_status(force=True)
+        return 0
+
+
+def script_argv(script):
+    """How the node Python runs the training script: a file path, or ``-m module`` for a dotted name."""
+    if os.sep in script or script.endswith(".py"):
+        return [script]
+    return ["-m", script]

@@ -1,0 +1,127 @@
+"""The launcher <-> process channel.
+
+Process -> launcher: machine-readable lines on stdout, ``@@DT {json}`` (``emit``).
+Launcher -> process: JSON lines on stdin; the first is the role assignment (the
+process was started pre-warmed, MXNet already imported), later ones are commands
+(``stop`` at a boundary).  Pure Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+EXIT_STOPPED = 75          # stopped at a boundary on request; checkpoint written
+EXIT_RETIRED = 0           # a pre-warmed process that was never used
+EXIT_ORPHANED = 70         # the launcher (or the ssh session) went away
+MSG_PREFIX = "@@DT "       # worker -> launcher messages on stdout
+RESIZE_AT = ("step", "epoch")
+
+_EMIT_LOCK = threading.Lock()
+
+
+def emit(kind, **fields):
+    """One machine-readable line for the launcher (it reads our stdout)."""
+    fields["kind"] = kind
+    line = (MSG_PREFIX + json.dumps(fields, sort_keys=True) + "\n").encode()
+    with _EMIT_LOCK:   # raw write: safe from the alive thread, even at interpreter exit
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(1, line)
+
+
+def parse_message(line):
+    """The message dict of a ``@@DT`` stdout line, or None for ordinary output."""
+    if not line.startswith(MSG_PREFIX):
+        return None
+    try:
+        msg = json.loads(line[len(MSG_PREFIX):])
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
+class StdinChannel:
+    """Launcher -> process channel: first line = assignment, later lines = commands.
+
+    Reads fd 0 with ``os.read`` (not ``sys.stdin``): a daemon thread blocked in a buffered
+    read aborts the interpreter at exit on Python 3.11 ("_enter_buffered_busy").
+    """
+
+    def __init__(self):
+        self.stop = None          # the launcher's stop request {"generation": g, "at": "step"|"epoch"}
+        self._buf = b""
+
+    def _readline(self):
+        while b"\n" not in self._buf:
+            try:
+                chunk = os.read(0, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                rest, self._buf = self._buf, b""
+                return rest.decode("utf-8", "replace")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace") + "\n"
+
+    def read_assignment(self):
+        line = self._readline()
+        if not line.strip():
+            sys.exit(EXIT_RETIRED)    # launcher went away before using us
+        msg = json.loads(line)
+        if msg.get("kind") == "retire":
+            sys.exit(EXIT_RETIRED)
+        return msg
+
+    def start(self, alive_interval=1.0):
+        threading.Thread(target=self._loop, name="dt-stdin", daemon=True).start()
+        if alive_interval:
+            threading.Thread(target=self._alive, args=(alive_interval,), name="dt-alive", daemon=True).start()
+
+    def _alive(self, interval):
+        """Liveness independent of training progress (a stalled step still answers; a dead host does not)."""
+        role = os.environ.get("DMLC_ROLE", "worker")
+        host = os.environ.get("DT_WORKER_IP") or os.environ.get("DMLC_NODE_HOST")
+        gen = int(os.environ.get("DT_GENERATION", "0"))
+        while True:
+            try:
+                emit("alive", role=role, host=host, generation=gen, time=time.time())
+            except (OSError, ValueError):
+                os._exit(EXIT_ORPHANED)
+            time.sleep(interval)
+
+    def _loop(self):
+        while True:
+            line = self._readline()
+            if not line:
+                # the launcher (or our ssh session) is gone: nobody can coordinate us any more
+                os._exit(EXIT_ORPHANED)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("kind") == "stop":
+                self.stop = msg
+
+
+def receive_assignment():
+    """If started by the launcher (pre-warmed), block until it assigns this process a role.
+
+    Says "ready", reads the assignment, applies its environment (DMLC_* etc.) to
+    ``os.environ`` and returns the stdin channel; ``None`` when not under the launcher.
+    """
+    if os.environ.get("DT_ASSIGN") != "stdin":
+        return None
+    chan = StdinChannel()
+    emit("ready", pid=os.getpid())
+    msg = chan.read_assignment()
+    for key, value in msg.get("env", {}).items():
+        os.environ[str(key)] = str(value)
+    chan.start()
+    return chan
