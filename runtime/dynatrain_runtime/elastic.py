@@ -309,7 +309,7 @@ class Elastic:
 
         path = self.store.write(self.step, self.meta(), payload)
         emit("checkpoint", step=self.step, epoch=self.epoch, pos=self.pos, path=path, reason=reason,
-              seconds=round(time.time() - t0, 4), generation=self.generation)
+             seconds=round(time.time() - t0, 4), generation=self.generation)
         return path
 
     # ----------------------------------------------------------------- reporting
@@ -319,8 +319,8 @@ class Elastic:
             return
         self._last_hb = now
         emit("hb", state=state, generation=self.generation, host=self.host, rank=self.rank,
-              world=self.world, epoch=self.epoch, pos=self.pos, step=self.step,
-              samples_per_s=round(self.samples_per_s(), 2), time=now)
+             world=self.world, epoch=self.epoch, pos=self.pos, step=self.step,
+             samples_per_s=round(self.samples_per_s(), 2), time=now)
 
     def log_event(self, event, **fields):
         """Rank 0 appends a record to events.jsonl (and tells the launcher)."""
@@ -349,5 +349,3 @@ class Elastic:
         if self.finished:
             emit("done", step=self.step, epoch=self.epoch, generation=self.generation)
         return 0
-
-

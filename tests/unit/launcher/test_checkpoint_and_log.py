@@ -89,7 +89,7 @@ def test_stop_request_roundtrip(tmp_path):
 
 def make_launcher(efs, master="127.0.0.1"):
     args = parse_args(["--efs-mount", str(efs), "--script", "/bin/true", "--transport", "local",
-                                   "--master", master])
+                       "--master", master])
     return loop.Launcher(args)
 
 
@@ -146,8 +146,8 @@ def test_drop_from_host_worker_is_atomic_and_keeps_master_last(tmp_path):
 
 def test_ssh_command_is_strict_and_has_no_secrets(tmp_path):
     args = parse_args(["--efs-mount", str(tmp_path), "--script", "/opt/dynatrain/venv/bin/dt-train-digits",
-                                   "--master", "10.0.0.1", "--python", "/opt/dynatrain/venv/bin/python",
-                                   "--", "--epochs", "3"])
+                       "--master", "10.0.0.1", "--python", "/opt/dynatrain/venv/bin/python",
+                       "--", "--epochs", "3"])
     la = loop.Launcher(args)
     cmd = la.transport.command("10.0.0.7", ["/opt/dynatrain/venv/bin/python", args.script], {"A": "b c"})
     assert cmd[0] == "ssh" and "StrictHostKeyChecking=yes" in cmd and "BatchMode=yes" in cmd
