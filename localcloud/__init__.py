@@ -1,1 +1,1 @@
-"""The embedded local cloud: moto control plane + podman data plane (DESIGN.md §5)."""
+"""The embedded local cloud: moto control plane + podman data plane."""

@@ -47,7 +47,7 @@ PACKAGES = [
 ]
 
 SSHD_CONFIG = """\
-# localcloud: hardened like our AWS nodes (DESIGN.md section 7).
+# localcloud: hardened like our AWS nodes (README.md, "Security").
 # The instance's private IP is passed as -o ListenAddress by localcloud-init.
 PasswordAuthentication no
 KbdInteractiveAuthentication no
