@@ -4,8 +4,9 @@
 """The one home of the ``host_worker`` / ``host_worker_log`` formats.
 
 Used by the ``dynatrain.elastic.host_worker`` module and shipped unchanged to
-the nodes (as ``dt_host_worker_file.py``) for the launcher, so this file must
-import nothing but the standard library.
+the nodes, where the node runtime (the launcher) imports it, so this file must
+import nothing but the standard library. Its public names are that runtime's
+interface: keep them and their signatures.
 
 ``host_worker``: desired workers, one IPv4 per line, ``#`` comments and blank
 lines ignored, the master last. Written only atomically (temp file + rename)
@@ -14,9 +15,7 @@ under an exclusive lock on the sidecar ``host_worker.lock``.
 ``host_worker_log``: append-only, DT's layout ``SEQ EVENT IP NS_TIMESTAMP``.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import contextlib
 import errno
@@ -28,6 +27,7 @@ import tempfile
 import time
 
 LOG_EVENTS = ("ADDED", "REMOVED", "FAILED")
+NEW_FILE_MODE = 0o644
 
 
 class HostWorkerError(ValueError):
@@ -39,11 +39,25 @@ def validate_ip(value):
     text = str(value).strip()
     try:
         addr = ipaddress.IPv4Address(text)
-    except (ipaddress.AddressValueError, ValueError):
+    except ValueError:
         raise HostWorkerError(
-            "invalid worker address %r: host_worker holds IPv4 addresses such as 172.31.65.62" % (value,)
-        )
+            f"invalid worker address {value!r}: host_worker holds IPv4 addresses such as 172.31.65.62"
+        ) from None
     return str(addr)
+
+
+def _scan_line(raw, lineno, source):
+    """Return the address on one host_worker line, or None for a comment or blank line."""
+    line = raw.split("#", 1)[0].strip()
+    if not line:
+        return None
+    try:
+        return validate_ip(line)
+    except HostWorkerError:
+        raise HostWorkerError(
+            f"{source} line {lineno} is malformed: {raw.strip()!r} is not an IPv4 address "
+            "(expected one address per line, '#' comments allowed); fix or remove that line"
+        ) from None
 
 
 def _scan_lines(text, source="host_worker"):
@@ -54,23 +68,11 @@ def _scan_lines(text, source="host_worker"):
     scanned = []
     seen = set()
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            scanned.append((raw, None))
-            continue
-        try:
-            ip = validate_ip(line)
-        except HostWorkerError:
-            raise HostWorkerError(
-                "%s line %d is malformed: %r is not an IPv4 address "
-                "(expected one address per line, '#' comments allowed); fix or remove that line"
-                % (source, lineno, raw.strip())
-            )
-        if ip in seen:
-            raise HostWorkerError(
-                "%s line %d repeats %s; each worker must appear once" % (source, lineno, ip)
-            )
-        seen.add(ip)
+        ip = _scan_line(raw, lineno, source)
+        if ip is not None:
+            if ip in seen:
+                raise HostWorkerError(f"{source} line {lineno} repeats {ip}; each worker must appear once")
+            seen.add(ip)
         scanned.append((raw, ip))
     return scanned
 
@@ -91,31 +93,36 @@ def edit_hosts_text(text, add=(), remove=(), master=None, source="host_worker"):
     Callers decide policy (protected hosts, the master); this only edits.
     """
     add = [validate_ip(h) for h in add]
-    remove = set(validate_ip(h) for h in remove)
+    remove = {validate_ip(h) for h in remove}
     master = validate_ip(master) if master is not None else None
     scanned = [(raw, ip) for raw, ip in _scan_lines(text, source=source) if ip is None or ip not in remove]
-    present = set(ip for _raw, ip in scanned if ip is not None)
-    new = []
-    for h in add:
-        if h not in present and h not in new:
-            new.append(h)
+    present = {ip for _raw, ip in scanned if ip is not None}
+    new = [h for h in dict.fromkeys(add) if h not in present]
     lines = [raw for raw, _ip in scanned]
     address_rows = [i for i, (_raw, ip) in enumerate(scanned) if ip is not None]
     if address_rows:
-        at = address_rows[-1]
-        last = scanned[at][1]
-        if master is not None and master != last:
-            raise HostWorkerError(
-                "%s ends with %s, not with the master %s (the master must stay the last address)"
-                % (source, last, master)
-            )
-        lines[at:at] = [h for h in new if h != last]
+        _insert_before_master(lines, scanned, address_rows[-1], new, master, source)
     else:
-        tail = [h for h in new if h != master]
-        if master is not None and (tail or master in new):
-            tail.append(master)
-        lines.extend(tail)
-    return "".join("%s\n" % line for line in lines)
+        lines.extend(_first_addresses(new, master))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _insert_before_master(lines, scanned, at, new, master, source):
+    """Insert ``new`` into ``lines`` just before row ``at``, the last address (the master)."""
+    last = scanned[at][1]
+    if master is not None and master != last:
+        raise HostWorkerError(
+            f"{source} ends with {last}, not with the master {master} (the master must stay the last address)"
+        )
+    lines[at:at] = [h for h in new if h != last]
+
+
+def _first_addresses(new, master):
+    """The addresses of a file that holds none yet: ``new``, then the master (if any is written)."""
+    tail = [h for h in new if h != master]
+    if master is not None and (tail or master in new):
+        tail.append(master)
+    return tail
 
 
 def render_hosts(hosts, master=None):
@@ -123,22 +130,31 @@ def render_hosts(hosts, master=None):
     ordered = [h for h in hosts if h != master]
     if master is not None and master in hosts:
         ordered.append(master)
-    return "".join("%s\n" % h for h in ordered)
+    return "".join(f"{h}\n" for h in ordered)
 
 
 def read_hosts(path):
     """Read and parse host_worker; a missing file is an empty membership."""
     try:
-        with open(path, "r") as handle:
+        with open(path, encoding="utf-8") as handle:
             return parse_hosts(handle.read(), source=path)
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return []
-        raise
+    except FileNotFoundError:
+        return []
 
 
 def lock_path_for(path):
-    return path + ".lock"
+    return f"{path}.lock"
+
+
+def _try_flock(fd):
+    """Take the exclusive lock without blocking; False when another holder has it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -148,18 +164,10 @@ def locked(path, timeout=30.0):
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.time() + timeout
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except (IOError, OSError) as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.time() >= deadline:
-                    raise HostWorkerError(
-                        "could not lock %s within %.0f s: another writer holds it" % (lock_file, timeout)
-                    )
-                time.sleep(0.05)
+        while not _try_flock(fd):
+            if time.time() >= deadline:
+                raise HostWorkerError(f"could not lock {lock_file} within {timeout:.0f} s: another writer holds it")
+            time.sleep(0.05)
         yield
     finally:
         try:
@@ -168,45 +176,77 @@ def locked(path, timeout=30.0):
             os.close(fd)
 
 
-def atomic_write(path, content, mode=None):
-    """Write content to path via a temp file in the same directory + rename.
+def _as_bytes(content):
+    """``str`` content is written as UTF-8, bytes-like content as it is."""
+    if isinstance(content, str):
+        return content.encode("utf-8")
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    raise TypeError(f"atomic_write takes str or bytes content, not {type(content).__name__}")
 
-    ``mode=None`` keeps the mode (and, when permitted, the owner and group) of
-    an existing file; a new file gets 0644.
+
+def _existing_mode_owner(path):
+    """``(mode, (uid, gid))`` of an existing file, ``(NEW_FILE_MODE, None)`` for a new one."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return NEW_FILE_MODE, None
+    return stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
+
+
+def _chown_if_permitted(path, owner):
+    try:
+        os.chown(path, *owner)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EINVAL):
+            raise
+
+
+def fsync_directory(directory):
+    """Flush a directory entry change (a rename) to disk, where the filesystem allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot fsync a directory; the rename itself is atomic
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, content, mode=None):
+    """Write ``content`` (``str`` as UTF-8, or ``bytes``) to path via a temp file + rename.
+
+    The temp file lives in the same directory and is fsync'd before the rename;
+    the directory is fsync'd after it. ``mode=None`` keeps the mode (and, when
+    permitted, the owner and group) of an existing file; a new file gets 0644.
     """
+    data = _as_bytes(content)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise HostWorkerError(
-            "directory %s does not exist: mount the shared volume (EFS_MOUNT) or create it first" % directory
+            f"directory {directory} does not exist: mount the shared volume (EFS_MOUNT) or create it first"
         )
     owner = None
     if mode is None:
-        try:
-            st = os.stat(path)
-            mode = stat.S_IMODE(st.st_mode)
-            owner = (st.st_uid, st.st_gid)
-        except OSError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
-            mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+        mode, owner = _existing_mode_owner(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         if owner is not None:
-            try:
-                os.chown(tmp, owner[0], owner[1])
-            except OSError as exc:
-                if exc.errno not in (errno.EPERM, errno.EINVAL):
-                    raise
+            _chown_if_permitted(tmp, owner)
         os.chmod(tmp, mode)
         os.rename(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    fsync_directory(directory)
 
 
 def write_hosts(path, hosts, master=None):
@@ -224,29 +264,29 @@ def parse_log_line(line):
     """Parse one log line into (seq, event, ip, ns) or raise."""
     parts = line.split()
     if len(parts) != 4 or parts[1] not in LOG_EVENTS:
-        raise HostWorkerError("malformed host_worker_log line %r (expected 'SEQ EVENT IP NS_TIMESTAMP')" % line)
+        raise HostWorkerError(f"malformed host_worker_log line {line!r} (expected 'SEQ EVENT IP NS_TIMESTAMP')")
     try:
         seq, ns = int(parts[0]), int(parts[3])
     except ValueError:
-        raise HostWorkerError("malformed host_worker_log line %r: SEQ and NS_TIMESTAMP are integers" % line)
+        raise HostWorkerError(
+            f"malformed host_worker_log line {line!r}: SEQ and NS_TIMESTAMP are integers"
+        ) from None
     return seq, parts[1], validate_ip(parts[2]), ns
 
 
 def read_log(log_path):
     """Return the parsed log entries as a list of (seq, event, ip, ns); missing file -> []."""
     try:
-        with open(log_path, "r") as handle:
+        with open(log_path, encoding="utf-8") as handle:
             return [parse_log_line(raw.strip()) for raw in handle if raw.strip()]
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return []
-        raise
+    except FileNotFoundError:
+        return []
 
 
 def format_log_line(seq, event, ip, ns):
     if event not in LOG_EVENTS:
-        raise HostWorkerError("unknown host_worker_log event %r (one of %s)" % (event, ", ".join(LOG_EVENTS)))
-    return "%d %s %s %d" % (int(seq), event, validate_ip(ip), int(ns))
+        raise HostWorkerError(f"unknown host_worker_log event {event!r} (one of {', '.join(LOG_EVENTS)})")
+    return f"{int(seq)} {event} {validate_ip(ip)} {int(ns)}"
 
 
 def append_log(log_path, event, ip, ns=None):
@@ -255,11 +295,35 @@ def append_log(log_path, event, ip, ns=None):
         entries = read_log(log_path)
         seq = entries[-1][0] + 1 if entries else 0
         line = format_log_line(seq, event, ip, time.time_ns() if ns is None else ns)
-        with open(log_path, "a") as handle:
-            handle.write(line + "\n")
+        with open(log_path, "a", encoding="utf-8") as handle:
+            handle.write(f"{line}\n")
             handle.flush()
             os.fsync(handle.fileno())
     return line
+
+
+def _read_from(log_path, offset):
+    """The bytes of the log from ``offset`` (from 0 if it shrank below it) and that start offset."""
+    with open(log_path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size < offset:
+            offset = 0
+        handle.seek(offset)
+        return handle.read(), offset
+
+
+def _parse_log_lines(lines):
+    """Split log lines into ``(entries, bad)``: ``(seq, event, ip, ns, line)`` tuples and unparsable lines."""
+    entries, bad = [], []
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            entries.append(parse_log_line(line) + (line,))
+        except HostWorkerError:
+            bad.append(line)
+    return entries, bad
 
 
 def read_log_since(log_path, offset=0):
@@ -273,29 +337,13 @@ def read_log_since(log_path, offset=0):
     file gives ``([], 0, [])``.
     """
     try:
-        with open(log_path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            if size < offset:
-                offset = 0
-            handle.seek(offset)
-            data = handle.read()
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return [], 0, []
-        raise
+        data, offset = _read_from(log_path, offset)
+    except FileNotFoundError:
+        return [], 0, []
     end = data.rfind(b"\n")
     if end < 0:
         return [], offset, []
-    entries, bad = [], []
-    for raw in data[:end].decode("utf-8", "replace").split("\n"):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            entries.append(parse_log_line(line) + (line,))
-        except HostWorkerError:
-            bad.append(line)
+    entries, bad = _parse_log_lines(data[:end].decode("utf-8", "replace").split("\n"))
     return entries, offset + end + 1, bad
 
 

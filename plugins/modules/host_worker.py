@@ -3,9 +3,7 @@
 # Copyright: dynatrain.elastic contributors
 # Apache License 2.0 (see LICENSE)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
@@ -219,16 +217,16 @@ launcher_log_tail:
   sample: ["2024-05-01 12:00:01 resize: waiting for step boundary"]
 """
 
-import errno
 import os
 import time
+from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (
     HostWorkerError,
-    edit_hosts_text,
     atomic_write,
     default_log_path,
+    edit_hosts_text,
     locked,
     log_position,
     parse_hosts,
@@ -239,121 +237,262 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file
 POLL_INTERVAL = 0.5
 TAIL_LINES = 20
 STALE_LAUNCHER_S = 60
+DEFAULT_TIMEOUT = 300
+DEFAULT_LOCK_TIMEOUT = 30
 
 
 class HostWorkerFailure(Exception):
     """A failure carrying the partial result to return with fail_json."""
 
     def __init__(self, msg, **result):
-        super(HostWorkerFailure, self).__init__(msg)
+        super().__init__(msg)
         self.msg = msg
         self.result = result
 
 
 def _unique(items):
-    out = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out
+    return list(dict.fromkeys(items))
 
 
 def _read_text(path):
+    """The content of ``path``, or None when it does not exist."""
     try:
-        with open(path, "r") as handle:
+        with open(path, encoding="utf-8") as handle:
             return handle.read()
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
+    except FileNotFoundError:
+        return None
+
+
+def _number(params, name, default):
+    value = params.get(name)
+    return float(value if value is not None else default)
 
 
 def tail_file(path, lines=TAIL_LINES, max_bytes=65536):
     """Return the last ``lines`` lines of a file, or None if it does not exist."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
+            size = handle.seek(0, os.SEEK_END)
             handle.seek(max(0, size - max_bytes))
             data = handle.read()
-    except IOError as exc:
-        if exc.errno == errno.ENOENT:
-            return None
-        raise
+    except FileNotFoundError:
+        return None
     text = data.decode("utf-8", "replace").splitlines()
     if size > max_bytes and text:
         text = text[1:]
     return text[-lines:] if lines else []
 
 
-def launcher_status(launcher_log, log_path, now):
-    """One sentence on whether the launcher looks alive, from its log files."""
-    notes = []
-    try:
-        age = now - os.stat(launcher_log).st_mtime
-    except OSError:
-        notes.append(
-            "there is no launcher log at %s: the launcher appears not to be running "
-            "(start it on the master; it writes that log)" % launcher_log
+# --- validation -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """The module's options, with every address validated and every default filled in."""
+
+    path: str
+    log_path: str
+    launcher_log: str
+    state: str
+    hosts: list
+    protected: frozenset
+    master: str | None
+    wait: bool
+    timeout: float
+    lock_timeout: float
+
+    @classmethod
+    def from_params(cls, params):
+        """Build the request; raises HostWorkerError on an invalid address."""
+        path = os.path.abspath(params["path"])
+        directory = os.path.dirname(path)
+        return cls(
+            path=path,
+            log_path=params.get("log_path") or default_log_path(path),
+            launcher_log=params.get("launcher_log") or os.path.join(directory, "logs", "launcher.log"),
+            state=params.get("state") or "present",
+            hosts=_unique(validate_ip(h) for h in (params.get("hosts") or [])),
+            protected=frozenset(validate_ip(h) for h in (params.get("protected") or [])),
+            master=validate_ip(params["master"]) if params.get("master") else None,
+            wait=bool(params.get("wait")),
+            timeout=_number(params, "timeout", DEFAULT_TIMEOUT),
+            lock_timeout=_number(params, "lock_timeout", DEFAULT_LOCK_TIMEOUT),
         )
-        age = None
-    if age is not None:
-        if age > STALE_LAUNCHER_S:
-            notes.append(
-                "the launcher log %s was last written %.0f s ago: the launcher appears not to be running "
-                "or is stuck" % (launcher_log, age)
-            )
-        else:
-            notes.append(
-                "the launcher is writing its log (last write %.0f s ago): the change may still be waiting for "
-                "the next step/epoch boundary or for the new worker's data preparation; raise timeout "
-                "or look at the log below" % age
-            )
-    if not os.path.exists(log_path):
-        notes.append("%s does not exist: the launcher has never confirmed a change" % log_path)
-    return "; ".join(notes)
+
+    @property
+    def directory(self):
+        return os.path.dirname(self.path)
+
+
+def check_target(request):
+    """Raise HostWorkerError unless the directory of path exists and path is no directory."""
+    if not os.path.isdir(request.directory):
+        raise HostWorkerError(
+            f"directory {request.directory} of path does not exist: mount the shared volume (EFS_MOUNT) "
+            "or create it first; nothing was changed")
+    if os.path.isdir(request.path):
+        raise HostWorkerError(f"path {request.path} is a directory, not the host_worker file")
+
+
+def validate(params, result):
+    """The validated Request, or HostWorkerFailure (with ``result``) before anything is touched."""
+    try:
+        request = Request.from_params(params)
+    except HostWorkerError as exc:
+        raise HostWorkerFailure(f"{exc}; nothing was changed", **result) from None
+    try:
+        check_target(request)
+    except HostWorkerError as exc:
+        raise HostWorkerFailure(str(exc), **result) from None
+    return request
+
+
+# --- edit computation -------------------------------------------------------------------
+
+
+def _check_master(current, master, source):
+    """The master of the file (its last address), or ``master`` for a file without addresses."""
+    file_master = current[-1] if current else None
+    if master is not None and file_master is not None and master != file_master:
+        raise HostWorkerError(
+            f"{source} ends with {file_master}, which is the master of the running job, but master={master} "
+            "was given; the master cannot be changed by editing host_worker")
+    return file_master if file_master is not None else master
+
+
+def _plan_removal(current, hosts, master, protected, source):
+    """The hosts to remove; refuses the master and protected hosts."""
+    refused = [f"{h} (the master)" if h == master else f"{h} (protected)"
+               for h in hosts if h == master or h in protected]
+    if refused:
+        raise HostWorkerError(
+            f"refusing to remove {', '.join(refused)} from {source}: the master and protected hosts may never "
+            "be removed; nothing was changed")
+    return [h for h in hosts if h in current]
+
+
+def _plan_addition(current, hosts, master):
+    """The hosts to add; into a file without addresses the master goes last."""
+    wanted = list(hosts)
+    if not current and master is not None and master not in wanted:
+        wanted.append(master)
+    added = [h for h in wanted if h not in current]
+    if not current and master is not None:
+        # the master is written last, whatever the order of hosts
+        added = [h for h in added if h != master] + [master]
+    return added
 
 
 def plan(text, hosts, state, master, protected, source):
     """Decide the edit. Returns (new_text, added, removed, before_hosts, effective_master)."""
     current = parse_hosts(text or "", source=source)
-    file_master = current[-1] if current else None
-    if master is not None and file_master is not None and master != file_master:
-        raise HostWorkerError(
-            "%s ends with %s, which is the master of the running job, but master=%s was given; "
-            "the master cannot be changed by editing host_worker" % (source, file_master, master)
-        )
-    effective_master = file_master if file_master is not None else master
+    effective_master = _check_master(current, master, source)
     if state == "absent":
-        refused = []
-        for h in hosts:
-            if h == effective_master:
-                refused.append("%s (the master)" % h)
-            elif h in protected:
-                refused.append("%s (protected)" % h)
-        if refused:
-            raise HostWorkerError(
-                "refusing to remove %s from %s: the master and protected hosts may never be removed; "
-                "nothing was changed" % (", ".join(refused), source)
-            )
-        removed = [h for h in hosts if h in current]
-        added = []
+        added, removed = [], _plan_removal(current, hosts, effective_master, protected, source)
     else:
-        wanted = list(hosts)
-        if not current and master is not None and master not in wanted:
-            wanted.append(master)
-        added = [h for h in wanted if h not in current]
-        if not current and master is not None:
-            # the master is written last, whatever the order of hosts
-            added = [h for h in added if h != master] + [master]
-        removed = []
+        added, removed = _plan_addition(current, hosts, master), []
     if not added and not removed:
         return text, added, removed, current, effective_master
-    new_text = edit_hosts_text(
-        text or "", add=added, remove=removed,
-        master=file_master if current else master, source=source,
-    )
+    new_text = edit_hosts_text(text or "", add=added, remove=removed,
+                               master=current[-1] if current else master, source=source)
     return new_text, added, removed, current, effective_master
+
+
+# --- apply under lock -------------------------------------------------------------------
+
+
+@dataclass
+class Edit:
+    """One edit of host_worker: the text before (None: no file) and after, and where the log stood."""
+
+    before: str | None
+    after: str | None
+    added: list
+    removed: list
+    position: tuple | None = None
+
+    @property
+    def changed(self):
+        return bool(self.added or self.removed)
+
+
+def compute_edit(request, text):
+    """The Edit that ``request`` makes of host_worker ``text`` (None: no file yet)."""
+    new_text, added, removed, _before, _master = plan(
+        text, request.hosts, request.state, request.master, request.protected, request.path)
+    return Edit(before=text, after=new_text, added=added, removed=removed)
+
+
+def apply_edit(request, check_mode=False):
+    """Read, plan and write host_worker under its lock; in check mode only read and plan.
+
+    The log position is recorded before the write, so that only later log lines
+    can confirm the change.
+    """
+    if check_mode:
+        return compute_edit(request, _read_text(request.path))
+    with locked(request.path, timeout=request.lock_timeout):
+        edit = compute_edit(request, _read_text(request.path))
+        if edit.changed:
+            edit.position = log_position(request.log_path)
+            atomic_write(request.path, edit.after)
+    return edit
+
+
+def edit_or_fail(request, check_mode, result):
+    """apply_edit, with its errors turned into a HostWorkerFailure carrying ``result``."""
+    try:
+        return apply_edit(request, check_mode=check_mode)
+    except HostWorkerError as exc:
+        raise HostWorkerFailure(str(exc), **result) from None
+    except OSError as exc:
+        raise HostWorkerFailure(f"cannot update {request.path}: {exc}; nothing was changed", **result) from None
+
+
+# --- wait for confirmation --------------------------------------------------------------
+
+
+class Confirmations:
+    """Matches the launcher's log lines against the hosts whose change is pending."""
+
+    def __init__(self, state, pending, last_seq):
+        self.state = state
+        self.pending = list(pending)
+        self.last_seq = last_seq
+        self.events = []
+        self.rejected = []
+
+    def take(self, entries):
+        """Account for parsed log entries ``(seq, event, ip, ns, line)``; older lines do not count."""
+        for seq, event, ip, _ns, line in entries:
+            if seq <= self.last_seq or ip not in self.pending:
+                continue
+            if self.state == "present":
+                self.pending.remove(ip)
+                (self.events if event == "ADDED" else self.rejected).append(line)
+            elif event in ("REMOVED", "FAILED"):
+                self.pending.remove(ip)
+                self.events.append(line)
+
+    @property
+    def settled(self):
+        """Every change confirmed, or the launcher rejected one."""
+        return not self.pending or bool(self.rejected)
+
+
+class MalformedLineWarner:
+    """Warns once per malformed log line."""
+
+    def __init__(self, log_path, warn):
+        self.log_path = log_path
+        self.warn = warn
+        self.seen = set()
+
+    def __call__(self, bad_lines):
+        for line in bad_lines:
+            if self.warn is not None and line not in self.seen:
+                self.seen.add(line)
+                self.warn(f"ignoring malformed {self.log_path} line {line!r}")
 
 
 def wait_for_log(log_path, position, state, pending, timeout, sleep=time.sleep, clock=time.time,
@@ -364,130 +503,119 @@ def wait_for_log(log_path, position, state, pending, timeout, sleep=time.sleep, 
     still unconfirmed, lines that reported a failure for a host being added.
     """
     offset, last_seq = position
-    pending = list(pending)
-    events, rejected = [], []
+    confirmations = Confirmations(state, pending, last_seq)
+    warn_bad = MalformedLineWarner(log_path, warn)
     start = clock()
     deadline = start + timeout
-    warned = set()
     while True:
         entries, offset, bad = read_log_since(log_path, offset)
-        for line in bad:
-            if warn is not None and line not in warned:
-                warned.add(line)
-                warn("ignoring malformed %s line %r" % (log_path, line))
-        for seq, event, ip, _ns, line in entries:
-            if seq <= last_seq or ip not in pending:
-                continue
-            if state == "present":
-                if event == "ADDED":
-                    pending.remove(ip)
-                    events.append(line)
-                else:
-                    pending.remove(ip)
-                    rejected.append(line)
-            elif event in ("REMOVED", "FAILED"):
-                pending.remove(ip)
-                events.append(line)
+        warn_bad(bad)
+        confirmations.take(entries)
         now = clock()
-        if not pending or rejected or now >= deadline:
-            return events, pending, rejected, round(now - start, 3)
+        if confirmations.settled or now >= deadline:
+            return confirmations.events, confirmations.pending, confirmations.rejected, round(now - start, 3)
         sleep(max(0.0, min(poll_interval, deadline - now)))
+
+
+def launcher_status(launcher_log, log_path, now):
+    """One sentence on whether the launcher looks alive, from its log files."""
+    try:
+        age = now - os.stat(launcher_log).st_mtime
+    except OSError:
+        age = None
+    if age is None:
+        notes = [f"there is no launcher log at {launcher_log}: the launcher appears not to be running "
+                 "(start it on the master; it writes that log)"]
+    elif age > STALE_LAUNCHER_S:
+        notes = [f"the launcher log {launcher_log} was last written {age:.0f} s ago: the launcher appears "
+                 "not to be running or is stuck"]
+    else:
+        notes = [f"the launcher is writing its log (last write {age:.0f} s ago): the change may still be "
+                 "waiting for the next step/epoch boundary or for the new worker's data preparation; raise "
+                 "timeout or look at the log below"]
+    if not os.path.exists(log_path):
+        notes.append(f"{log_path} does not exist: the launcher has never confirmed a change")
+    return "; ".join(notes)
+
+
+# --- result -----------------------------------------------------------------------------
+
+
+def empty_result():
+    """The result before anything is known: what a failure in validation returns."""
+    return dict(changed=False, hosts=[], master=None, added=[], removed=[], events=[], unconfirmed=[],
+                waited_s=0.0)
+
+
+def edit_result(request, edit, diff_mode=False):
+    """The result keys that describe the edit (and its diff in diff mode)."""
+    after = parse_hosts(edit.after or "", source=request.path)
+    result = dict(changed=edit.changed, hosts=after, master=after[-1] if after else None,
+                  added=edit.added, removed=edit.removed)
+    if diff_mode:
+        result["diff"] = dict(
+            before=edit.before or "", after=edit.after or "",
+            before_header=request.path if edit.before is not None else f"{request.path} (absent)",
+            after_header=request.path,
+        )
+    return result
+
+
+def describe_tail(launcher_log, tail):
+    """The launcher log tail as text for a failure message."""
+    if tail is None:
+        return f"(no launcher log at {launcher_log})"
+    if not tail:
+        return f"(launcher log {launcher_log} is empty)"
+    return f"last {len(tail)} lines of {launcher_log}:\n" + "\n".join(tail)
+
+
+def rejected_message(request, rejected, hosts, tail_text):
+    ips = ", ".join(line.split()[2] for line in rejected)
+    return (f"the launcher reported a failure instead of ADDED for {ips}: {'; '.join(rejected)}. "
+            f"{request.path} now lists {', '.join(hosts)}; the launcher log may say why. {tail_text}")
+
+
+def timeout_message(request, pending, unconfirmed, tail_text):
+    want = "ADDED" if request.state == "present" else "REMOVED/FAILED"
+    confirmed = [h for h in pending if h not in unconfirmed]
+    confirmed_text = f" (confirmed: {', '.join(confirmed)})" if confirmed else ""
+    status = launcher_status(request.launcher_log, request.log_path, time.time())
+    return (f"timed out after {request.timeout:g} s waiting for the launcher to confirm the change in "
+            f"{request.log_path}: no {want} line for {', '.join(unconfirmed)}{confirmed_text}. "
+            f"The edit of {request.path} stays in place (the launcher applies it when it can). "
+            f"{status}. {tail_text}")
+
+
+def wait_failure(request, result, pending, rejected):
+    """The HostWorkerFailure for a rejected or unconfirmed change, with the launcher log tail."""
+    tail = tail_file(request.launcher_log)
+    result["launcher_log_tail"] = tail or []
+    tail_text = describe_tail(request.launcher_log, tail)
+    if rejected:
+        msg = rejected_message(request, rejected, result["hosts"], tail_text)
+    else:
+        msg = timeout_message(request, pending, result["unconfirmed"], tail_text)
+    return HostWorkerFailure(msg, **result)
 
 
 def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, clock=time.time,
         poll_interval=POLL_INTERVAL):
     """The module's logic, without AnsibleModule. Returns the result or raises HostWorkerFailure."""
-    path = os.path.abspath(params["path"])
-    directory = os.path.dirname(path)
-    log_path = params.get("log_path") or default_log_path(path)
-    launcher_log = params.get("launcher_log") or os.path.join(directory, "logs", "launcher.log")
-    state = params.get("state") or "present"
-    timeout = float(params.get("timeout") if params.get("timeout") is not None else 300)
-    lock_timeout = float(params.get("lock_timeout") if params.get("lock_timeout") is not None else 30)
-
-    result = dict(changed=False, hosts=[], master=None, added=[], removed=[], events=[], unconfirmed=[],
-                  waited_s=0.0)
-    try:
-        hosts = _unique(validate_ip(h) for h in (params.get("hosts") or []))
-        protected = set(validate_ip(h) for h in (params.get("protected") or []))
-        master = validate_ip(params["master"]) if params.get("master") else None
-    except HostWorkerError as exc:
-        raise HostWorkerFailure("%s; nothing was changed" % exc, **result)
-    if not os.path.isdir(directory):
-        raise HostWorkerFailure(
-            "directory %s of path does not exist: mount the shared volume (EFS_MOUNT) or create it first; "
-            "nothing was changed" % directory, **result)
-    if os.path.isdir(path):
-        raise HostWorkerFailure("path %s is a directory, not the host_worker file" % path, **result)
-
-    def edit():
-        text = _read_text(path)
-        new_text, added, removed, before_hosts, _m = plan(text, hosts, state, master, protected, path)
-        position = None
-        if (added or removed) and not check_mode:
-            position = log_position(log_path)
-            atomic_write(path, new_text)
-        return text, new_text, added, removed, position
-
-    try:
-        if check_mode:
-            text, new_text, added, removed, position = edit()
-        else:
-            with locked(path, timeout=lock_timeout):
-                text, new_text, added, removed, position = edit()
-    except HostWorkerError as exc:
-        raise HostWorkerFailure(str(exc), **result)
-    except (IOError, OSError) as exc:
-        raise HostWorkerFailure("cannot update %s: %s; nothing was changed" % (path, exc), **result)
-
-    after = parse_hosts(new_text or "", source=path)
-    result.update(
-        changed=bool(added or removed),
-        hosts=after,
-        master=after[-1] if after else None,
-        added=added,
-        removed=removed,
-    )
-    if diff_mode:
-        result["diff"] = dict(
-            before=text or "", after=new_text or "",
-            before_header=path if text is not None else "%s (absent)" % path,
-            after_header=path,
-        )
-    if not params.get("wait") or check_mode or not result["changed"]:
+    result = empty_result()
+    request = validate(params, result)
+    edit = edit_or_fail(request, check_mode, result)
+    result.update(edit_result(request, edit, diff_mode))
+    if not request.wait or check_mode or not edit.changed:
         return result
-
-    pending = added if state == "present" else removed
+    pending = edit.added if request.state == "present" else edit.removed
     events, unconfirmed, rejected, waited = wait_for_log(
-        log_path, position, state, pending, timeout, sleep=sleep, clock=clock,
+        request.log_path, edit.position, request.state, pending, request.timeout, sleep=sleep, clock=clock,
         poll_interval=poll_interval, warn=warn)
     result.update(events=events, unconfirmed=unconfirmed, waited_s=waited)
-    if not rejected and not unconfirmed:
-        return result
-
-    tail = tail_file(launcher_log)
-    result["launcher_log_tail"] = tail or []
-    if tail is None:
-        tail_text = "(no launcher log at %s)" % launcher_log
-    elif not tail:
-        tail_text = "(launcher log %s is empty)" % launcher_log
-    else:
-        tail_text = "last %d lines of %s:\n%s" % (len(tail), launcher_log, "\n".join(tail))
-    want = "ADDED" if state == "present" else "REMOVED/FAILED"
-    if rejected:
-        msg = ("the launcher reported a failure instead of ADDED for %s: %s. %s now lists %s; "
-               "the launcher log may say why. %s"
-               % (", ".join(line.split()[2] for line in rejected), "; ".join(rejected), path,
-                  ", ".join(after), tail_text))
-    else:
-        confirmed = [h for h in pending if h not in unconfirmed]
-        msg = ("timed out after %g s waiting for the launcher to confirm the change in %s: "
-               "no %s line for %s%s. The edit of %s stays in place (the launcher applies it when it can). "
-               "%s. %s"
-               % (timeout, log_path, want, ", ".join(unconfirmed),
-                  " (confirmed: %s)" % ", ".join(confirmed) if confirmed else "",
-                  path, launcher_status(launcher_log, log_path, time.time()), tail_text))
-    raise HostWorkerFailure(msg, **result)
+    if rejected or unconfirmed:
+        raise wait_failure(request, result, pending, rejected)
+    return result
 
 
 def main():
@@ -500,9 +628,9 @@ def main():
             master=dict(type="str"),
             protected=dict(type="list", elements="str", default=[]),
             wait=dict(type="bool", default=False),
-            timeout=dict(type="float", default=300),
+            timeout=dict(type="float", default=DEFAULT_TIMEOUT),
             launcher_log=dict(type="path"),
-            lock_timeout=dict(type="float", default=30),
+            lock_timeout=dict(type="float", default=DEFAULT_LOCK_TIMEOUT),
         ),
         supports_check_mode=True,
     )

@@ -213,3 +213,146 @@ def test_read_log_since_file_replaced(tmp_path):
         handle.write("0 ADDED 10.0.0.2 5\n")
     entries, _offset, _bad = hwf.read_log_since(log, 10000)
     assert [e[0] for e in entries] == [0]
+
+
+# --- atomic_write: str and bytes, mode/owner, cleanup, directory fsync ----------------------
+
+
+def test_atomic_write_bytes(tmp_path):
+    path = str(tmp_path / "weights.bin")
+    payload = bytes(range(256)) + b"\r\n\x00"
+    hwf.atomic_write(path, payload)
+    with open(path, "rb") as handle:
+        assert handle.read() == payload
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    hwf.atomic_write(path, bytearray(b"second"))
+    with open(path, "rb") as handle:
+        assert handle.read() == b"second"
+    assert sorted(os.listdir(str(tmp_path))) == ["weights.bin"]
+
+
+def test_atomic_write_bytes_keeps_mode_of_existing_file(tmp_path):
+    path = str(tmp_path / "status.json")
+    hwf.atomic_write(path, b"{}\n")
+    os.chmod(path, 0o600)
+    hwf.atomic_write(path, b'{"a": 1}\n')
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    hwf.atomic_write(path, b"{}\n", mode=0o640)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+
+
+def test_atomic_write_str_is_utf8_and_newlines_untranslated(tmp_path):
+    path = str(tmp_path / "notes")
+    hwf.atomic_write(path, "caf\u00e9\r\nline\n")
+    with open(path, "rb") as handle:
+        assert handle.read() == "caf\u00e9\r\nline\n".encode("utf-8")
+
+
+@pytest.mark.parametrize("content", [None, 42, ["10.0.0.1\n"]])
+def test_atomic_write_rejects_other_content(tmp_path, content):
+    path = str(tmp_path / "host_worker")
+    with pytest.raises(TypeError, match="str or bytes"):
+        hwf.atomic_write(path, content)
+    assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_atomic_write_keeps_owner(tmp_path):
+    path = str(tmp_path / "host_worker")
+    hwf.atomic_write(path, "10.0.0.1\n")
+    os.chown(path, 4321, 4322)
+    hwf.atomic_write(path, b"10.0.0.2\n10.0.0.1\n")
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid) == (4321, 4322)
+
+
+def test_atomic_write_failed_rename_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = str(tmp_path / "host_worker")
+    hwf.atomic_write(path, "10.0.0.1\n")
+
+    def broken_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hwf.os, "rename", broken_rename)
+    with pytest.raises(OSError, match="No space left"):
+        hwf.atomic_write(path, b"10.0.0.2\n10.0.0.1\n")
+    assert open(path).read() == "10.0.0.1\n"
+    assert sorted(os.listdir(str(tmp_path))) == ["host_worker"]
+
+
+def test_atomic_write_fsyncs_file_then_directory(tmp_path, monkeypatch):
+    path = str(tmp_path / "host_worker")
+    calls = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        calls.append((stat.S_ISDIR(st.st_mode), os.path.exists(path)))
+        real_fsync(fd)
+
+    monkeypatch.setattr(hwf.os, "fsync", fsync)
+    hwf.atomic_write(path, b"10.0.0.1\n")
+    # the temp file before the rename, then the directory after it
+    assert calls == [(False, False), (True, True)]
+
+
+def test_fsync_directory_tolerates_missing_and_unsupported(tmp_path, monkeypatch):
+    hwf.fsync_directory(str(tmp_path / "nope"))
+
+    def unsupported(fd):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(hwf.os, "fsync", unsupported)
+    hwf.fsync_directory(str(tmp_path))
+
+
+def test_existing_mode_owner(tmp_path):
+    path = tmp_path / "f"
+    assert hwf._existing_mode_owner(str(path)) == (0o644, None)
+    path.write_text("x")
+    os.chmod(str(path), 0o604)
+    st = os.stat(str(path))
+    assert hwf._existing_mode_owner(str(path)) == (0o604, (st.st_uid, st.st_gid))
+
+
+# --- helpers of edit_hosts_text, locked, read_log_since ---------------------------------------
+
+
+def test_first_addresses():
+    assert hwf._first_addresses(["10.0.0.2", "10.0.0.1"], "10.0.0.1") == ["10.0.0.2", "10.0.0.1"]
+    assert hwf._first_addresses(["10.0.0.2"], None) == ["10.0.0.2"]
+    assert hwf._first_addresses([], "10.0.0.1") == []
+
+
+def test_insert_before_master():
+    scanned = [("# c", None), ("10.0.0.2", "10.0.0.2"), ("10.0.0.1", "10.0.0.1")]
+    lines = [raw for raw, _ip in scanned]
+    hwf._insert_before_master(lines, scanned, 2, ["10.0.0.3", "10.0.0.1"], "10.0.0.1", "hw")
+    assert lines == ["# c", "10.0.0.2", "10.0.0.3", "10.0.0.1"]
+    with pytest.raises(hwf.HostWorkerError, match="hw ends with 10.0.0.1, not with the master 10.0.0.9"):
+        hwf._insert_before_master(list(lines), scanned, 2, [], "10.0.0.9", "hw")
+
+
+def test_try_flock(tmp_path):
+    path = str(tmp_path / "host_worker")
+    fd = os.open(hwf.lock_path_for(path), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with hwf.locked(path):
+            assert hwf._try_flock(fd) is False
+        assert hwf._try_flock(fd) is True
+    finally:
+        os.close(fd)
+
+
+def test_parse_log_lines():
+    entries, bad = hwf._parse_log_lines(["0 ADDED 10.0.0.2 5", "", "  ", "junk", "1 FAILED 10.0.0.3 6 "])
+    assert entries == [(0, "ADDED", "10.0.0.2", 5, "0 ADDED 10.0.0.2 5"),
+                       (1, "FAILED", "10.0.0.3", 6, "1 FAILED 10.0.0.3 6")]
+    assert bad == ["junk"]
+
+
+def test_read_from_restarts_when_file_shrank(tmp_path):
+    log = tmp_path / "host_worker_log"
+    log.write_bytes(b"0123456789")
+    assert hwf._read_from(str(log), 4) == (b"456789", 4)
+    assert hwf._read_from(str(log), 11) == (b"0123456789", 0)

@@ -350,6 +350,165 @@ def test_wait_with_fake_clock():
     assert waited == 300
 
 
+# --- the units of run: validation, edit computation, apply, confirmation, result -------------
+
+
+def test_request_defaults_and_normalisation(efs):
+    req = host_worker.Request.from_params(dict(path=str(efs / "sub" / ".." / "host_worker"),
+                                               hosts=[" 10.0.0.4", "10.0.0.4", "10.0.0.5"],
+                                               protected=["10.0.0.2"]))
+    assert req.path == str(efs / "host_worker")
+    assert req.directory == str(efs)
+    assert req.log_path == str(efs / "host_worker_log")
+    assert req.launcher_log == str(efs / "logs" / "launcher.log")
+    assert req.state == "present" and req.wait is False and req.master is None
+    assert req.hosts == ["10.0.0.4", "10.0.0.5"]
+    assert req.protected == frozenset(["10.0.0.2"])
+    assert (req.timeout, req.lock_timeout) == (300.0, 30.0)
+
+
+def test_request_explicit_options(efs):
+    req = host_worker.Request.from_params(params(efs, log_path="/x/log", launcher_log="/x/l.log", timeout=7,
+                                                 lock_timeout=None, wait=True, master=MASTER, state="absent"))
+    assert (req.log_path, req.launcher_log, req.state, req.wait, req.master) == (
+        "/x/log", "/x/l.log", "absent", True, MASTER)
+    assert (req.timeout, req.lock_timeout) == (7.0, 30.0)
+
+
+def test_validate_fails_before_touching_anything(tmp_path):
+    result = host_worker.empty_result()
+    with pytest.raises(host_worker.HostWorkerFailure, match="invalid worker address.*nothing was changed") as info:
+        host_worker.validate(dict(path=str(tmp_path / "nope" / "host_worker"), hosts=["x"]), result)
+    assert info.value.result == result
+    with pytest.raises(host_worker.HostWorkerFailure, match="nope of path does not exist"):
+        host_worker.validate(dict(path=str(tmp_path / "nope" / "host_worker")), result)
+
+
+def test_check_target(tmp_path):
+    req = host_worker.Request.from_params(dict(path=str(tmp_path / "host_worker")))
+    host_worker.check_target(req)
+    (tmp_path / "host_worker").mkdir()
+    with pytest.raises(hwf.HostWorkerError, match="is a directory"):
+        host_worker.check_target(req)
+
+
+@pytest.mark.parametrize("text,hosts,state,master,protected,expected", [
+    # add before the master; present hosts are not added again
+    ("10.0.0.2\n10.0.0.1\n", ["10.0.0.2", "10.0.0.3"], "present", None, set(),
+     ("10.0.0.2\n10.0.0.3\n10.0.0.1\n", ["10.0.0.3"], [], ["10.0.0.2", "10.0.0.1"], "10.0.0.1")),
+    # new file: the master goes last whatever the order of hosts
+    (None, ["10.0.0.1", "10.0.0.2"], "present", "10.0.0.1", set(),
+     ("10.0.0.2\n10.0.0.1\n", ["10.0.0.2", "10.0.0.1"], [], [], "10.0.0.1")),
+    # nothing to do returns the text unchanged (None stays None)
+    (None, ["10.0.0.2"], "absent", None, set(), (None, [], [], [], None)),
+    ("10.0.0.2\n10.0.0.3\n10.0.0.1\n", ["10.0.0.3", "10.0.0.9"], "absent", None, {"10.0.0.2"},
+     ("10.0.0.2\n10.0.0.1\n", [], ["10.0.0.3"], ["10.0.0.2", "10.0.0.3", "10.0.0.1"], "10.0.0.1")),
+])
+def test_plan(text, hosts, state, master, protected, expected):
+    assert host_worker.plan(text, hosts, state, master, protected, "hw") == expected
+
+
+def test_plan_refusals():
+    with pytest.raises(hwf.HostWorkerError, match=r"10\.0\.0\.1 \(the master\), 10\.0\.0\.2 \(protected\) from hw"):
+        host_worker.plan("10.0.0.2\n10.0.0.1\n", ["10.0.0.1", "10.0.0.2"], "absent", None, {"10.0.0.2"}, "hw")
+    with pytest.raises(hwf.HostWorkerError, match="hw ends with 10.0.0.1.*master=10.0.0.9"):
+        host_worker.plan("10.0.0.1\n", [], "present", "10.0.0.9", set(), "hw")
+
+
+def test_apply_edit_check_mode_reads_only(efs):
+    req = host_worker.Request.from_params(params(efs, hosts=["10.0.0.4"]))
+    edit = host_worker.apply_edit(req, check_mode=True)
+    assert edit.changed and edit.added == ["10.0.0.4"] and edit.position is None
+    assert edit.before == text(efs) and "10.0.0.4" in edit.after
+    assert "10.0.0.4" not in text(efs)
+    assert not (efs / "host_worker.lock").exists()
+
+
+def test_apply_edit_records_log_position_before_writing(efs):
+    req = host_worker.Request.from_params(params(efs, hosts=["10.0.0.4"]))
+    edit = host_worker.apply_edit(req)
+    assert edit.position == (os.path.getsize(str(efs / "host_worker_log")), 1)
+    assert text(efs) == edit.after
+    again = host_worker.apply_edit(req)
+    assert not again.changed and again.position is None and again.after == again.before
+
+
+def test_edit_or_fail_wraps_os_errors(efs, monkeypatch):
+    def broken(*_a, **_kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(host_worker, "atomic_write", broken)
+    req = host_worker.Request.from_params(params(efs, hosts=["10.0.0.4"]))
+    with pytest.raises(host_worker.HostWorkerFailure, match="cannot update .*Permission denied; nothing was"):
+        host_worker.edit_or_fail(req, False, host_worker.empty_result())
+
+
+def test_confirmations_present():
+    conf = host_worker.Confirmations("present", ["10.0.0.4", "10.0.0.5"], last_seq=3)
+    conf.take([(3, "ADDED", "10.0.0.4", 1, "3 ADDED 10.0.0.4 1"),      # before the edit
+               (4, "ADDED", "10.0.0.9", 2, "4 ADDED 10.0.0.9 2"),      # not ours
+               (5, "ADDED", "10.0.0.4", 3, "5 ADDED 10.0.0.4 3")])
+    assert conf.events == ["5 ADDED 10.0.0.4 3"] and conf.pending == ["10.0.0.5"] and not conf.settled
+    conf.take([(6, "FAILED", "10.0.0.5", 4, "6 FAILED 10.0.0.5 4")])
+    assert conf.rejected == ["6 FAILED 10.0.0.5 4"] and conf.pending == [] and conf.settled
+
+
+def test_confirmations_absent():
+    conf = host_worker.Confirmations("absent", ["10.0.0.2", "10.0.0.3"], last_seq=-1)
+    conf.take([(0, "ADDED", "10.0.0.2", 1, "0 ADDED 10.0.0.2 1"),
+               (1, "FAILED", "10.0.0.3", 2, "1 FAILED 10.0.0.3 2")])
+    assert conf.events == ["1 FAILED 10.0.0.3 2"] and conf.pending == ["10.0.0.2"] and not conf.settled
+    conf.take([(2, "REMOVED", "10.0.0.2", 3, "2 REMOVED 10.0.0.2 3")])
+    assert conf.settled and conf.rejected == []
+
+
+def test_malformed_line_warner_warns_once():
+    warnings = []
+    warner = host_worker.MalformedLineWarner("/efs/log", warnings.append)
+    warner(["junk", "junk"])
+    warner(["junk", "more"])
+    assert warnings == ["ignoring malformed /efs/log line 'junk'", "ignoring malformed /efs/log line 'more'"]
+    host_worker.MalformedLineWarner("/efs/log", None)(["junk"])
+
+
+def test_edit_result_and_diff(efs):
+    req = host_worker.Request.from_params(params(efs))
+    edit = host_worker.Edit(before=None, after="10.0.0.2\n10.0.0.1\n", added=["10.0.0.2", MASTER], removed=[])
+    res = host_worker.edit_result(req, edit)
+    assert res == dict(changed=True, hosts=["10.0.0.2", MASTER], master=MASTER, added=["10.0.0.2", MASTER],
+                       removed=[])
+    diff = host_worker.edit_result(req, edit, diff_mode=True)["diff"]
+    assert diff == dict(before="", after="10.0.0.2\n10.0.0.1\n", before_header=req.path + " (absent)",
+                        after_header=req.path)
+    empty = host_worker.edit_result(req, host_worker.Edit(before=None, after=None, added=[], removed=[]))
+    assert empty["hosts"] == [] and empty["master"] is None and empty["changed"] is False
+
+
+def test_describe_tail():
+    assert host_worker.describe_tail("/l", None) == "(no launcher log at /l)"
+    assert host_worker.describe_tail("/l", []) == "(launcher log /l is empty)"
+    assert host_worker.describe_tail("/l", ["a", "b"]) == "last 2 lines of /l:\na\nb"
+
+
+def test_tail_file(tmp_path):
+    log = tmp_path / "launcher.log"
+    assert host_worker.tail_file(str(log)) is None
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert host_worker.tail_file(str(log), lines=3) == ["line 97", "line 98", "line 99"]
+    # a partial first line beyond max_bytes is dropped
+    assert host_worker.tail_file(str(log), lines=100, max_bytes=20) == ["line 98", "line 99"]
+
+
+def test_wait_failure_rejected_message(efs):
+    req = host_worker.Request.from_params(params(efs, hosts=["10.0.0.4"]))
+    result = dict(host_worker.empty_result(), hosts=["10.0.0.2", "10.0.0.4", MASTER])
+    err = host_worker.wait_failure(req, result, ["10.0.0.4"], ["2 FAILED 10.0.0.4 3"])
+    assert err.msg.startswith("the launcher reported a failure instead of ADDED for 10.0.0.4: 2 FAILED 10.0.0.4 3. ")
+    assert "now lists 10.0.0.2, 10.0.0.4, 10.0.0.1" in err.msg
+    assert err.msg.endswith(f"(no launcher log at {efs / 'logs' / 'launcher.log'})")
+    assert err.result["launcher_log_tail"] == []
+
+
 # --- concurrency ----------------------------------------------------------------------------
 
 
