@@ -11,21 +11,9 @@ import shutil
 import tempfile
 import time
 
+from .host_worker_file import fsync_directory
+
 CKPT_PREFIX = "ckpt-"
-
-
-def fsync_dir(path):
-    """Make a rename in ``path`` durable (best effort: not every file system allows it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class CheckpointStore:
@@ -87,10 +75,10 @@ class CheckpointStore:
             for name in os.listdir(tmp):
                 with open(os.path.join(tmp, name), "rb") as handle:
                     os.fsync(handle.fileno())
-            fsync_dir(tmp)
+            fsync_directory(tmp)
             os.chmod(tmp, 0o755)
             os.rename(tmp, final)
-            fsync_dir(self.directory)
+            fsync_directory(self.directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
