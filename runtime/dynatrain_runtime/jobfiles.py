@@ -69,3 +69,38 @@ def clear_stop_request(files):
 
 def read_stop_request(files):
     return read_json(files.stop_request)
+
+
+# ------------------------------------------------------------------ drain requests
+# ``control/drain/<ip>.json``: a node asks to leave at the next step boundary (a spot
+# interruption notice); the launcher removes it from host_worker, logs REMOVED once the
+# smaller group runs, and deletes the request.
+def drain_dir(files):
+    return os.path.join(files.control, "drain")
+
+
+def write_drain_request(files, ip, reason, **info):
+    write_json(os.path.join(drain_dir(files), f"{hwf.validate_ip(ip)}.json"),
+               dict(info, ip=ip, reason=reason, time=time.time()))
+
+
+def read_drain_requests(files):
+    """``{ip: request}`` of the pending drain requests (unreadable ones are skipped)."""
+    try:
+        names = os.listdir(drain_dir(files))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        if name.endswith(".json") and not name.startswith("."):
+            req = read_json(os.path.join(drain_dir(files), name))
+            if isinstance(req, dict) and req.get("ip") == name[:-len(".json")]:
+                out[req["ip"]] = req
+    return out
+
+
+def clear_drain_request(files, ip):
+    try:
+        os.unlink(os.path.join(drain_dir(files), f"{ip}.json"))
+    except FileNotFoundError:
+        pass

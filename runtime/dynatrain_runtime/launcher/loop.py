@@ -18,7 +18,8 @@ import threading
 import time
 
 from ..checkpoint import CheckpointStore
-from ..jobfiles import JobFiles, clear_stop_request, write_json, write_stop_request
+from ..jobfiles import (JobFiles, clear_drain_request, clear_stop_request, read_drain_requests, write_json,
+                        write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .proc import Proc, reap
@@ -49,6 +50,7 @@ class Launcher:
         self.failures_without_progress = 0
         self.pending_resize = None
         self.reapers = []
+        self.draining = {}                      # ip -> its drain request (spot notice), until it has left
 
     @property
     def master(self):
@@ -137,7 +139,7 @@ class Launcher:
             return
         g.stop_at = time.time()
         g.stop_reason = reason
-        at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"
+        at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
         write_stop_request(self.files, g.id, reason, at=at)
         for w in g.workers.values():
             w.send({"kind": "stop", "generation": g.id, "at": at, "reason": reason})
@@ -169,7 +171,7 @@ class Launcher:
         g.first_step_at = time.time()
         self.failures_without_progress = 0
         self.state = "running"
-        self.members.confirm(g.membership)
+        self.confirm(g.membership)
         if g.resize is not None:
             r = g.resize
             r.update(first_step_s=round(g.first_step_at - g.started, 3),
@@ -192,8 +194,40 @@ class Launcher:
         except queue.Empty:
             pass
 
+    def confirm(self, membership):
+        """Log the membership now in effect; drained nodes that left are logged with their reason."""
+        reasons = {ip: req.get("reason") for ip, req in self.draining.items()}
+        for ip in self.members.confirm(membership, reasons):
+            if ip in self.draining:
+                del self.draining[ip]
+                clear_drain_request(self.files, ip)
+
+    def _take_drains(self, g):
+        """Drop the nodes that asked to be drained from host_worker: they leave at the next step."""
+        requests = read_drain_requests(self.files)
+        new = [ip for ip in requests if ip in g.membership and ip not in self.draining]
+        for ip in new:
+            req = requests[ip]
+            if ip == self.master:
+                self.out(f"drain requested for the master {ip} ({req.get('reason')}): the master cannot leave; "
+                         "the job checkpoints every --checkpoint-every steps")
+                self.event("drain_refused", ip=ip, reason=req.get("reason"), notice=req.get("notice"))
+                clear_drain_request(self.files, ip)
+                continue
+            self.draining[ip] = req
+            self.out(f"drain requested for {ip} ({req.get('reason')}): it leaves at the next step boundary")
+            self.event("drain_requested", ip=ip, reason=req.get("reason"), notice=req.get("notice"),
+                       requested_at=req.get("time"))
+        leaving = [ip for ip in new if ip in self.draining]
+        if leaving:
+            self.members.drop(leaving)
+        for ip in requests:                 # requests of nodes that are gone already
+            if ip not in g.membership and ip not in self.draining:
+                clear_drain_request(self.files, ip)
+
     def _check_host_worker(self, g, now):
-        """Start a resize when host_worker names another membership."""
+        """Start a resize when host_worker names another membership (or a node asked to be drained)."""
+        self._take_drains(g)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
             return
@@ -203,10 +237,15 @@ class Launcher:
                                "from_world": g.world, "to_world": len(hosts),
                                "added": added, "removed": removed, "resize_at": self.args.resize_at,
                                "from_generation": g.id}
-        self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {self.args.resize_at} boundary")
+        drained = [h for h in removed if h in self.draining]
+        if drained:
+            self.pending_resize["reason"] = "drain"
+            self.pending_resize["drained"] = {h: self.draining[h].get("reason") for h in drained}
+        boundary = "step" if drained else self.args.resize_at
+        self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
         self.event("resize_start", **self.pending_resize)
         self.state = "resizing"
-        self.request_stop(g, "resize")
+        self.request_stop(g, "drain" if drained else "resize")
 
     def _failures(self, g, now):
         a = self.args
@@ -377,7 +416,7 @@ class Launcher:
     def _train_done(self, g):
         self.state = "finished"
         if g.first_step_at is None:
-            self.members.confirm(g.membership)
+            self.confirm(g.membership)
         self.out(f"training finished (generation {g.id}, step {g.max_step})")
         self.event("train_done", generation=g.id, step=g.max_step, membership=g.membership)
         self.write_status(force=True)

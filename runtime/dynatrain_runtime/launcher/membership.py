@@ -77,21 +77,28 @@ class Membership:
             last[ip] = ev
         return [ip for ip, ev in last.items() if ev == "ADDED"]
 
-    def append_log(self, event, ip):
+    def append_log(self, event, ip, **fields):
         line = hwf.append_log(self.files.log, event, ip)
         self.records.out(f"host_worker_log: {line}")
-        self.records.event("host_worker_log", line=line, log_event=event, ip=ip, seq=int(line.split()[0]))
+        self.records.event("host_worker_log", line=line, log_event=event, ip=ip, seq=int(line.split()[0]),
+                           **fields)
         return line
 
-    def confirm(self, membership):
-        """Append REMOVED/ADDED so the log matches ``membership`` (called once it has taken effect)."""
+    def confirm(self, membership, reasons=None):
+        """Append REMOVED/ADDED so the log matches ``membership`` (called once it has taken effect).
+
+        ``reasons`` maps a leaving IP to why it left (``spot``), recorded in events.jsonl.
+        Returns the IPs logged REMOVED.
+        """
         logged = self.logged_members()
-        for ip in logged:
-            if ip not in membership:
-                self.append_log("REMOVED", ip)
+        removed = [ip for ip in logged if ip not in membership]
+        for ip in removed:
+            reason = (reasons or {}).get(ip)
+            self.append_log("REMOVED", ip, **({"reason": reason} if reason else {}))
         for ip in membership:
             if ip not in logged:
                 self.append_log("ADDED", ip)
+        return removed
 
     def drop(self, ips):
         """Remove lost workers from host_worker (under its lock) and from the last good list."""

@@ -7,11 +7,14 @@ wheel there); the real MXNet runs use the node venv ``make node-venv`` builds
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if ROOT not in sys.path:       # the local cloud's IMDS emulator (spot notices) is a repo-root package
+    sys.path.insert(0, ROOT)
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 
 

@@ -2,6 +2,7 @@
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -134,3 +135,39 @@ def test_sigterm_then_restart_resumes(tmp_path, node_python, digits_npz):
     steps = [r["step"] for r in meta["audit"]["steps"]]
     assert steps == list(range(len(steps)))                              # no step lost or repeated
     assert final(efs)["val_acc"] >= 0.90
+
+
+def test_spot_drain_leaves_at_the_next_step_with_nothing_recomputed(tmp_path, node_python, digits_npz):
+    from dynatrain_runtime.jobfiles import JobFiles, read_drain_requests, write_drain_request
+    efs = str(tmp_path)
+    write_hosts(efs, [A, B, M])
+    # epoch boundaries and no periodic checkpoint: only a stop at the very step could avoid recomputing
+    run = LauncherRun(efs, node_python, digits_npz, EPOCHS + ["--step-sleep", "0.1", "--checkpoint-every", "0"],
+                      launcher_args=["--resize-at", "epoch"], port_base=19700)
+    try:
+        wait_for(lambda: len(log_lines(efs)) >= 3, 60, "initial ADDED lines", proc=run.proc)
+        wait_for(lambda: any(e["event"] == "epoch" for e in events(efs)), 60, "first epoch", proc=run.proc)
+        write_drain_request(JobFiles(efs), B, "spot", notice={"action": "terminate"})
+        asked = time.time()
+        wait_for(lambda: len(log_lines(efs)) >= 4, 30, "REMOVED of the drained worker", proc=run.proc)
+        drained_s = time.time() - asked
+        rc = run.wait(120)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["REMOVED", B]]
+    assert drained_s < 20, drained_s                      # well inside the two-minute notice
+    assert open(os.path.join(efs, "host_worker")).read() == A + "\n" + M + "\n"
+    assert read_drain_requests(JobFiles(efs)) == {}
+    evs = events(efs)
+    removed = [e for e in evs if e["event"] == "host_worker_log" and e["log_event"] == "REMOVED"]
+    assert removed[0]["ip"] == B and removed[0]["reason"] == "spot"
+    start = next(e for e in evs if e["event"] == "resize_start" and e.get("reason") == "drain")
+    assert start["drained"] == {B: "spot"}
+    gens = [e for e in evs if e["event"] == "generation_start"]
+    assert len(gens) == 2 and gens[1]["membership"] == [A, M]
+    meta = latest_meta(efs)
+    audit_ok(meta)
+    steps = [r["step"] for r in meta["audit"]["steps"]]
+    assert steps == list(range(len(steps)))               # 0 recomputed steps
+    assert gens[1]["resume_step"] > 0 and [r["world"] for r in meta["audit"]["steps"]].count(3) == gens[1]["resume_step"]
