@@ -43,17 +43,28 @@ description:
     C(ec2_elastic.yaml), for example C(inventories/aws/aws.ec2_elastic.yml).
   - Unknown options in the configuration file are an error (with a suggestion), not silently ignored.
 notes:
-  - Credentials are looked up in the usual boto3 order when O(aws_access_key_id) and O(profile)
-    are not set (environment, shared credentials/config files, container or instance role).
+  - Credentials, O(region), O(endpoint_url) and O(assume_role_arn) are handled as in the
+    P(amazon.aws.aws_ec2#inventory) inventory plugin (same options, same base class). Without
+    O(access_key) and O(profile), boto3 looks credentials up in its usual order (environment,
+    shared credentials/config files, container or instance role).
+  - "Keys and a profile from different places: the ones in the configuration file win over the
+    ones from the environment (C(AWS_ACCESS_KEY_ID), C(AWS_PROFILE)); both in the configuration
+    file is an error. O(access_key) and O(secret_key) must be set together."
+  - When O(endpoint_url) is not set, botocore's own C(AWS_ENDPOINT_URL_EC2) and C(AWS_ENDPOINT_URL)
+    environment variables and C(endpoint_url) config-file settings apply. O(endpoint_url) is used
+    for STS (O(assume_role_arn)) too.
+  - O(assume_role_arn) is assumed (in O(region), else the first of O(regions)) only when the API is
+    queried, so that a cached run makes no API call at all.
   - "Caching is off by default; with O(cache=true) only the raw API results are cached
     (instances and the GPU counts of their types), so a cached run makes no API call, while
     C(meta: refresh_inventory) or C(--flush-cache) queries again."
-requirements:
-  - boto3
-  - botocore
 extends_documentation_fragment:
   - constructed
   - inventory_cache
+  - amazon.aws.boto3
+  - amazon.aws.common.plugins
+  - amazon.aws.region.plugins
+  - amazon.aws.assume_role.plugins
 options:
   plugin:
     description: Marks this file as a configuration of this plugin.
@@ -63,8 +74,9 @@ options:
   regions:
     description:
       - Regions to query; several regions are queried concurrently.
-      - When empty, the region of the boto3 session is used (C(AWS_REGION), C(AWS_DEFAULT_REGION)
-        or the profile's region); it is an error when there is none.
+      - When empty, only O(region) is queried (C(AWS_REGION), else C(AWS_DEFAULT_REGION) or the
+        profile's region); it is an error when there is none. Unlike P(amazon.aws.aws_ec2#inventory),
+        an empty list never means every region.
     type: list
     elements: str
     default: []
@@ -117,51 +129,6 @@ options:
         for example for types an API emulator does not know.
     type: dict
     default: {}
-  endpoint_url:
-    description:
-      - URL of the EC2 (and STS, for O(assume_role_arn)) API, for an AWS-compatible emulator
-        such as the embedded local cloud.
-      - When not set, botocore's own C(AWS_ENDPOINT_URL_EC2) and C(AWS_ENDPOINT_URL) environment
-        variables and C(endpoint_url) config-file settings apply.
-    type: str
-    aliases: ['aws_endpoint_url']
-  profile:
-    description:
-      - Named AWS profile (from C(~/.aws/config) / C(~/.aws/credentials)).
-      - Mutually exclusive with O(aws_access_key_id).
-    type: str
-    aliases: ['aws_profile']
-    env:
-      - name: AWS_PROFILE
-  aws_access_key_id:
-    description:
-      - AWS access key id.
-    type: str
-    aliases: ['access_key', 'aws_access_key']
-    env:
-      - name: AWS_ACCESS_KEY_ID
-      - name: AWS_ACCESS_KEY
-  aws_secret_access_key:
-    description:
-      - AWS secret access key.
-    type: str
-    aliases: ['secret_key', 'aws_secret_key']
-    env:
-      - name: AWS_SECRET_ACCESS_KEY
-      - name: AWS_SECRET_KEY
-  aws_session_token:
-    description:
-      - AWS STS session token, for temporary credentials.
-    type: str
-    aliases: ['session_token']
-    env:
-      - name: AWS_SESSION_TOKEN
-  assume_role_arn:
-    description:
-      - ARN of an IAM role to assume (with C(sts:AssumeRole)) before querying; the credentials
-        above must be allowed to assume it.
-    type: str
-    aliases: ['iam_role_arn']
   strict_permissions:
     description:
       - When V(true), an access-denied answer (C(UnauthorizedOperation)) from a region is an error.
@@ -170,9 +137,10 @@ options:
     default: true
   validate_certs:
     description:
-      - Verify the TLS certificate of the endpoint. C(AWS_CA_BUNDLE) selects a CA bundle.
+      - V(false) turns off the verification of the endpoint's TLS certificate.
+      - When not set, certificates are verified, against C(AWS_CA_BUNDLE) (or the profile's
+        C(ca_bundle)) when that is set.
     type: bool
-    default: true
 """
 
 EXAMPLES = r"""
@@ -181,8 +149,8 @@ plugin: dynatrain.elastic.ec2_elastic
 regions:
   - us-east-1
 endpoint_url: http://127.0.0.1:4599
-aws_access_key_id: localcloud
-aws_secret_access_key: localcloud
+access_key: localcloud
+secret_key: localcloud
 hostnames:
   - private-ip-address
 compose:
@@ -229,6 +197,12 @@ gpu_counts:
   p3.2xlarge: 1
 
 ---
+# The region of the environment or profile (AWS_REGION, AWS_DEFAULT_REGION); keys may be templates
+plugin: dynatrain.elastic.ec2_elastic
+access_key: "{{ lookup('ansible.builtin.env', 'DT_AWS_KEY') }}"
+secret_key: "{{ lookup('ansible.builtin.env', 'DT_AWS_SECRET') }}"
+
+---
 # In a playbook: pick up instances launched by an earlier play
 # - name: Launch workers
 #   ...
@@ -237,28 +211,29 @@ gpu_counts:
 """
 
 import concurrent.futures
+import dataclasses
 import datetime
 import difflib
+import functools
 import re
 import threading
 
 try:
-    import boto3
     import botocore.config
     import botocore.exceptions
-
-    HAS_BOTO3 = True
+    import botocore.loaders
+    import botocore.regions
 except ImportError:
-    HAS_BOTO3 = False
+    pass  # HAS_BOTO3 tells
 
 from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.errors import AnsibleParserError
 from ansible.module_utils.common.text.converters import to_native
-from ansible.plugins.inventory import BaseInventoryPlugin
-from ansible.plugins.inventory import Cacheable
-from ansible.plugins.inventory import Constructable
 from ansible.utils.display import Display
+
+from ansible_collections.amazon.aws.plugins.module_utils.botocore import HAS_BOTO3
+from ansible_collections.amazon.aws.plugins.plugin_utils.inventory import AWSInventoryBase
 
 display = Display()
 
@@ -322,8 +297,22 @@ BAD_CREDENTIAL_CODES = (
     "ExpiredToken",
 )
 CREDENTIALS_HINT = (
-    "set aws_access_key_id and aws_secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
+    "set access_key and secret_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
     "or profile (AWS_PROFILE), or run where an instance or container role is available"
+)
+# Options that may be templates (e.g. a lookup for a secret): amazon.aws's, plus ours.
+TEMPLATABLE = AWSInventoryBase.TemplatedOptions.TEMPLATABLE_OPTIONS + ("clusters",)
+KEY_OPTIONS = ("access_key", "secret_key", "session_token")
+# The options the cached answer depends on, besides the config file's path.
+SIGNATURE_OPTIONS = (
+    "regions",
+    "region",
+    "clusters",
+    "filters",
+    "include_filters",
+    "exclude_filters",
+    "endpoint_url",
+    "assume_role_arn",
 )
 
 
@@ -569,6 +558,40 @@ def keep_instance(instance, clusters):
     return not clusters or cluster in clusters
 
 
+def check_regions(regions, known):
+    """Raise ValueError naming the first of `regions` not in `known`, with a suggestion."""
+    for region in regions:
+        if region not in known:
+            close = difflib.get_close_matches(region, sorted(known), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ValueError(
+                f"unknown region '{region}' in 'regions'.{hint} "
+                "(A region newer than this botocore needs a botocore upgrade.)"
+            )
+
+
+@functools.lru_cache(maxsize=1)
+def known_ec2_regions():
+    """Every EC2 region this botocore knows, in every partition (read once per process; from
+    botocore's data files alone, not a session, which could fail on a bad AWS_PROFILE)."""
+    resolver = botocore.regions.EndpointResolver(botocore.loaders.create_loader().load_data("endpoints"))
+    return frozenset(
+        region
+        for partition in resolver.get_available_partitions()
+        for region in resolver.get_available_endpoints("ec2", partition_name=partition)
+    )
+
+
+def client_config():
+    """botocore settings of the EC2 clients (merged by amazon.aws with its user agent)."""
+    return botocore.config.Config(
+        retries={"mode": "standard", "max_attempts": 3},
+        connect_timeout=10,
+        read_timeout=300,
+        user_agent_extra="dynatrain.elastic.ec2_elastic",
+    )
+
+
 # ---------------------------------------------------------------------------
 # Plugin
 # ---------------------------------------------------------------------------
@@ -578,7 +601,21 @@ class _RegionSkipped(Exception):
     """A region that strict_permissions: false lets us skip."""
 
 
-class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What every region is asked (read in the main thread, used by the region threads)."""
+
+    includes: list
+    excludes: list
+    clusters: list
+    gpu_overrides: dict
+    strict: bool
+
+
+class InventoryModule(AWSInventoryBase):
+    """amazon.aws's AWSInventoryBase gives the AWS options, credentials, clients, assume-role,
+    the default region and the cache helpers; this class adds the dt_* query and inventory."""
+
     NAME = "dynatrain.elastic.ec2_elastic"
     INVENTORY_FILE_SUFFIXES = ("ec2_elastic.yml", "ec2_elastic.yaml")
 
@@ -587,17 +624,26 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     _gpu_memo = {}
     _gpu_memo_lock = threading.Lock()
 
-    # Options whose value may be a template (e.g. a lookup for a secret).
-    TEMPLATABLE = (
-        "aws_access_key_id",
-        "aws_secret_access_key",
-        "aws_session_token",
-        "profile",
-        "endpoint_url",
-        "assume_role_arn",
-        "regions",
-        "clusters",
-    )
+    class TemplatedOptions(AWSInventoryBase.TemplatedOptions):
+        """amazon.aws's, plus `clusters`, without passing `disable_lookups` to the templar (every
+        list option would print a deprecation warning on ansible-core 2.19)."""
+
+        TEMPLATABLE_OPTIONS = TEMPLATABLE
+
+        def get(self, *args):
+            value = self.original_options.get(*args)
+            if not value or not self.templar or args[0] not in self.TEMPLATABLE_OPTIONS:
+                return value
+            return self._template(value)
+
+        def _template(self, value):
+            if isinstance(value, dict):
+                return {k: self._template(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [self._template(v) for v in value]
+            if isinstance(value, str) and self.templar.is_template(value):
+                return self.templar.template(value)
+            return value
 
     def __init__(self):
         super().__init__()
@@ -606,15 +652,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
     # -- config ------------------------------------------------------------
 
     def verify_file(self, path):
-        if not super().verify_file(path):
-            return False
-        if path.endswith(self.INVENTORY_FILE_SUFFIXES):
+        if super().verify_file(path):
             return True
-        if path.endswith((".yml", ".yaml")) and self._names_this_plugin(path):
-            display.warning(
-                f"{path} configures {self.NAME} but is ignored: the file name must end in "
-                f"'ec2_elastic.yml' or 'ec2_elastic.yaml' (rename it, e.g. to 'aws.ec2_elastic.yml')."
-            )
+        if path.endswith((".yml", ".yaml")) and not path.endswith(self.INVENTORY_FILE_SUFFIXES):
+            if self._names_this_plugin(path):
+                display.warning(
+                    f"{path} configures {self.NAME} but is ignored: the file name must end in "
+                    f"'ec2_elastic.yml' or 'ec2_elastic.yaml' (rename it, e.g. to 'aws.ec2_elastic.yml')."
+                )
         return False
 
     def _names_this_plugin(self, path):
@@ -624,6 +669,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         except (OSError, UnicodeDecodeError):
             return False
         return re.search(r"^plugin:\s*['\"]?(dynatrain\.elastic\.)?ec2_elastic['\"]?\s*$", text, re.M) is not None
+
+    def _read_config_data(self, path):
+        """The base class's parse() reads the file here: check the options and settle the
+        credentials before anything uses them."""
+        config = super()._read_config_data(path)
+        self._check_unknown_options(config, path)
+        self._resolve_credentials()
+        return config
 
     def _check_unknown_options(self, config, path):
         definitions = C.config.get_configuration_definitions("inventory", self._load_name) or {}
@@ -642,130 +695,90 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             f"See 'ansible-doc -t inventory {self.NAME}' for the options."
         )
 
-    def _opt(self, name):
-        value = self.get_option(name)
-        if name in self.TEMPLATABLE and value and self.templar is not None:
-            if isinstance(value, list):
-                return [self._template(v) for v in value]
-            return self._template(value)
-        return value
-
-    def _template(self, value):
-        if isinstance(value, str) and self.templar.is_template(value):
-            return self.templar.template(value)
-        return value
-
     def _in_file(self, name):
         """True when option `name` was set in the config file (not from the environment)."""
-        return str((getattr(self, "_origins", None) or {}).get(name, "")).lower() == "direct"
+        return str(self._origins.get(name, "")).lower() == "direct"
+
+    def _resolve_credentials(self):
+        """Keys and a profile: the config file beats the environment (amazon.aws refuses both)."""
+        key, secret = self.get_option("access_key"), self.get_option("secret_key")
+        profile = self.get_option("profile")
+        keys_in_file = self._in_file("access_key") or self._in_file("secret_key")
+        if profile and (key or secret or self.get_option("session_token")):
+            if keys_in_file and self._in_file("profile"):
+                raise AnsibleParserError(
+                    f"{self.NAME}: profile and access_key/secret_key are mutually exclusive; "
+                    "set only one of them in the config file."
+                )
+            if self._in_file("profile") or not keys_in_file and not (key and secret):
+                for name in KEY_OPTIONS:
+                    self.set_option(name, "")  # (None would fall back to the environment again)
+                key = secret = None
+            else:
+                self.set_option("profile", "")
+        if bool(key) != bool(secret):
+            raise AnsibleParserError(
+                f"{self.NAME}: access_key and secret_key must be set together "
+                "(one of them is missing from the config file or the environment)."
+            )
+
+    # -- amazon.aws hooks ------------------------------------------------------
+
+    def _do_fail(self, message):
+        raise AnsibleParserError(f"{self.NAME}: {message}")
+
+    def fail_aws(self, message, exception=None):
+        if isinstance(exception, botocore.exceptions.ProfileNotFound):
+            message = (
+                f"AWS profile '{exception.kwargs.get('profile')}' not found; "
+                "check the profile option / AWS_PROFILE and ~/.aws/config"
+            )
+        super().fail_aws(message, exception=exception)
+
+    def _set_frozen_credentials(self):
+        """Called by the base class's parse(); the role is assumed in _query() instead, so that
+        a cached run makes no API call."""
+
+    def _freeze_iam_role(self, iam_role_arn):
+        if not self.region and self.get_option("regions"):
+            self.set_option("region", self.get_option("regions")[0])  # STS needs a region
+        try:
+            super()._freeze_iam_role(iam_role_arn)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            raise AnsibleParserError(
+                f"{self.NAME}: could not assume role {iam_role_arn}: {to_native(e)}; check assume_role_arn and that "
+                "the base credentials may call sts:AssumeRole on it."
+            )
+
+    # -- warnings (collected in the region threads, shown once each) ------------
 
     def _warn(self, message):
         self._warnings.append(message)
 
     def _flush_warnings(self):
-        seen = set()
-        for message in self._warnings:
-            if message not in seen:
-                seen.add(message)
-                display.warning(message)
+        for message in dict.fromkeys(self._warnings):
+            self.warn(message)
         self._warnings = []
 
-    # -- boto3 ---------------------------------------------------------------
+    # -- regions and errors --------------------------------------------------
 
-    def _session(self):
-        key_id = self._opt("aws_access_key_id")
-        secret = self._opt("aws_secret_access_key")
-        token = self._opt("aws_session_token")
-        profile = self._opt("profile")
-        keys_in_file = self._in_file("aws_access_key_id") or self._in_file("aws_secret_access_key")
-        if profile and (key_id or secret):
-            if keys_in_file and self._in_file("profile"):
-                raise AnsibleParserError(
-                    f"{self.NAME}: profile and aws_access_key_id/aws_secret_access_key are mutually exclusive; "
-                    "set only one of them in the config file."
-                )
-            if self._in_file("profile") or not keys_in_file and not (key_id and secret):
-                key_id = secret = token = None  # an explicit profile beats keys from the environment
-        kwargs = {}
-        if key_id or secret:
-            if not (key_id and secret):
-                raise AnsibleParserError(
-                    f"{self.NAME}: aws_access_key_id and aws_secret_access_key must be set together "
-                    "(one of them is missing from the config file or the environment)."
-                )
-            kwargs.update(aws_access_key_id=key_id, aws_secret_access_key=secret, aws_session_token=token or None)
-        elif profile:
-            kwargs["profile_name"] = profile
-        try:
-            session = boto3.session.Session(**kwargs)
-        except botocore.exceptions.ProfileNotFound as e:
-            raise AnsibleParserError(
-                f"{self.NAME}: AWS profile '{profile}' not found ({to_native(e)}); "
-                "check the profile option / AWS_PROFILE and ~/.aws/config."
-            )
-        if session.get_credentials() is None:
-            raise AnsibleParserError(f"{self.NAME}: no AWS credentials found; {CREDENTIALS_HINT}.")
-        role_arn = self._opt("assume_role_arn")
-        if role_arn:
-            session = self._assume_role(session, role_arn)
-        return session
-
-    def _client_config(self):
-        return botocore.config.Config(
-            retries={"mode": "standard", "max_attempts": 3},
-            connect_timeout=10,
-            read_timeout=300,
-            user_agent_extra="dynatrain.elastic.ec2_elastic",
-        )
-
-    def _client(self, session, service, region):
-        return session.client(
-            service,
-            region_name=region,
-            endpoint_url=self._opt("endpoint_url") or None,
-            verify=bool(self.get_option("validate_certs")),
-            config=self._client_config(),
-        )
-
-    def _assume_role(self, session, role_arn):
-        try:
-            region = session.region_name or "us-east-1"
-            sts = self._client(session, "sts", region)
-            creds = sts.assume_role(RoleArn=role_arn, RoleSessionName="dynatrain_ec2_elastic_inventory")["Credentials"]
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            raise AnsibleParserError(
-                f"{self.NAME}: could not assume role {role_arn}: {to_native(e)}; check assume_role_arn and that "
-                "the base credentials may call sts:AssumeRole on it."
-            )
-        return boto3.session.Session(
-            aws_access_key_id=creds["AccessKeyId"],
-            aws_secret_access_key=creds["SecretAccessKey"],
-            aws_session_token=creds["SessionToken"],
-            region_name=session.region_name,
-        )
-
-    def _regions(self, session):
-        regions = [r for r in (self._opt("regions") or []) if r]
+    def _regions(self):
+        """The regions option, checked; else the base class's region (region, AWS_REGION, profile)."""
+        regions = list(dict.fromkeys(r for r in self.get_option("regions") or () if r))
         if not regions:
-            if session.region_name:
-                return [session.region_name]
+            if self.region:
+                return [self.region]
             raise AnsibleParserError(
-                f"{self.NAME}: no region to query; set 'regions' in the config file (or AWS_DEFAULT_REGION)."
+                f"{self.NAME}: no region to query; set 'regions' in the config file "
+                "(or region, AWS_REGION, AWS_DEFAULT_REGION)."
             )
-        known = set()
-        for partition in session.get_available_partitions():
-            known.update(session.get_available_regions("ec2", partition_name=partition))
-        for region in regions:
-            if region not in known:
-                close = difflib.get_close_matches(region, sorted(known), n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-                raise AnsibleParserError(
-                    f"{self.NAME}: unknown region '{region}' in 'regions'.{hint} "
-                    "(A region newer than this botocore needs a botocore upgrade.)"
-                )
-        return list(dict.fromkeys(regions))
+        try:
+            check_regions(regions, known_ec2_regions())
+        except ValueError as e:
+            raise AnsibleParserError(f"{self.NAME}: {e}")
+        return regions
 
-    def _api_error(self, exc, region, client, action):
+    def _api_error(self, exc, region, client, action, strict):
         """AnsibleParserError (or _RegionSkipped) that says what to fix."""
         endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None) or "the default endpoint"
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
@@ -777,15 +790,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 "(for the local cloud: python -m localcloud up)."
             )
         code = error_code(exc)
+        if code in DENIED_CODES and not strict:
+            return _RegionSkipped(f"{self.NAME}: skipping region {region}: {action} was denied ({code}).")
         if code in DENIED_CODES:
-            message = (
+            return AnsibleParserError(
                 f"{self.NAME}: not allowed to call {action} in region {region} ({code}). Grant "
                 "ec2:DescribeInstances and ec2:DescribeInstanceTypes, or set strict_permissions: false "
                 "to skip regions you cannot read."
             )
-            if not self.get_option("strict_permissions"):
-                return _RegionSkipped(f"{self.NAME}: skipping region {region}: {action} was denied ({code}).")
-            return AnsibleParserError(message)
         if code in BAD_CREDENTIAL_CODES:
             return AnsibleParserError(
                 f"{self.NAME}: the AWS credentials were rejected in region {region} ({code}: "
@@ -801,22 +813,22 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             for reservation in page.get("Reservations") or ():
                 yield from reservation.get("Instances") or ()
 
-    def _query_region(self, client, region, includes, excludes, clusters, gpu_overrides):
+    def _query_region(self, client, region, plan):
         """Raw results of one region: {'instances': [...], 'gpus': {type: count or None}}."""
         try:
             excluded = set()
-            for filters in excludes:
+            for filters in plan.excludes:
                 excluded.update(i["InstanceId"] for i in self._describe(client, filters))
             found = {}
-            for filters in includes:
+            for filters in plan.includes:
                 for instance in self._describe(client, filters):
                     iid = instance["InstanceId"]
-                    if iid not in excluded and iid not in found and keep_instance(instance, clusters):
+                    if iid not in excluded and iid not in found and keep_instance(instance, plan.clusters):
                         found[iid] = trim_instance(instance)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            raise self._api_error(e, region, client, "ec2:DescribeInstances")
+            raise self._api_error(e, region, client, "ec2:DescribeInstances", plan.strict)
         instances = [found[k] for k in sorted(found)]
-        types = sorted({i.get("InstanceType") for i in instances if i.get("InstanceType")} - set(gpu_overrides))
+        types = sorted({i.get("InstanceType") for i in instances if i.get("InstanceType")} - set(plan.gpu_overrides))
         return {"instances": instances, "gpus": self._gpu_counts(client, region, types)}
 
     def _gpu_counts(self, client, region, types):
@@ -875,10 +887,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             pending = []
         return counts
 
-    def _query(self):
-        session = self._session()
-        regions = self._regions(session)
-        clusters = list(self._opt("clusters") or [])
+    def _plan(self):
+        clusters = list(self.get_option("clusters") or [])
         includes, excludes = query_plan(
             clusters,
             self.get_option("filters"),
@@ -886,15 +896,20 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.get_option("exclude_filters"),
         )
         gpu_overrides = self.get_option("gpu_counts") or {}
-        # boto3 sessions are not thread-safe, clients are: make them here, use them in threads.
-        clients = {region: self._client(session, "ec2", region) for region in regions}
+        return _Plan(includes, excludes, clusters, gpu_overrides, bool(self.get_option("strict_permissions")))
+
+    def _query(self):
+        """{'format': ..., 'regions': {region: raw results}}: the regions concurrently."""
+        regions = self._regions()
+        plan = self._plan()
+        super()._set_frozen_credentials()  # assume_role_arn, if set
+        # amazon.aws makes a boto3 session per client: make them here, use them in the threads.
+        config = client_config()
+        clients = {region: self.client("ec2", region=region, config=config) for region in regions}
         results = {}
         errors = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(regions))) as pool:
-            futures = {
-                pool.submit(self._query_region, clients[r], r, includes, excludes, clusters, gpu_overrides): r
-                for r in regions
-            }
+            futures = {pool.submit(self._query_region, clients[r], r, plan): r for r in regions}
             for future in concurrent.futures.as_completed(futures):
                 region = futures[future]
                 try:
@@ -904,101 +919,94 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 except AnsibleError as e:
                     errors.append((regions.index(region), e))
         if errors:
-            raise sorted(errors, key=lambda x: x[0])[0][1]
-        return {
-            "format": CACHE_FORMAT,
-            "regions": {r: results[r] for r in regions if r in results},
-        }
+            raise min(errors, key=lambda x: x[0])[1]
+        return {"format": CACHE_FORMAT, "regions": {r: results[r] for r in regions if r in results}}
+
+    # -- cache -------------------------------------------------------------------
 
     def _signature(self):
         """What the cached result depends on besides the file path."""
-        return repr(
-            (
-                self._opt("regions"),
-                self._opt("clusters"),
-                self.get_option("filters"),
-                self.get_option("include_filters"),
-                self.get_option("exclude_filters"),
-                self._opt("endpoint_url"),
-                self._opt("assume_role_arn"),
-            )
-        )
+        return repr(tuple(self.get_option(name) for name in SIGNATURE_OPTIONS))
+
+    def _cached_results(self, path, cache, signature):
+        """The cached raw results of this very query, or None."""
+        hit, cached = self.get_cached_result(path, cache)
+        if hit and isinstance(cached, dict) and cached.get("format") == CACHE_FORMAT:
+            if cached.get("signature") == signature:
+                return cached
+        return None
 
     # -- inventory -------------------------------------------------------------
 
     def _populate(self, results):
         preferences = self.get_option("hostnames")
         gpu_overrides = self.get_option("gpu_counts") or {}
-        compose = self.get_option("compose")
-        groups = self.get_option("groups")
-        keyed_groups = self.get_option("keyed_groups")
-        strict = self.get_option("strict")
-        inventory = self.inventory
+        constructed = tuple(self.get_option(name) for name in ("compose", "groups", "keyed_groups", "strict"))
         for group in FIXED_GROUPS:
-            inventory.add_group(group)
+            self.inventory.add_group(group)
         used = {}
         for region, data in results["regions"].items():
             gpus = data.get("gpus") or {}
             for instance in data.get("instances") or ():
-                itype = instance.get("InstanceType")
-                if itype in gpu_overrides:
-                    gpu = gpu_overrides[itype]
-                else:
-                    gpu = gpus.get(itype)
-                    if gpu is None:
-                        self._warn(
-                            f"{self.NAME}: instance type {itype} is unknown to ec2:DescribeInstanceTypes in "
-                            f"region {region}; dt_gpu_count is 0 (set gpu_counts: {{{itype}: N}} to override)."
-                        )
-                hv = host_vars(instance, region, gpu)
-                name, skipped = choose_hostname(instance, preferences, used)
-                if skipped:
-                    self._warn(
-                        f"{self.NAME}: {hv['dt_instance_id']} ({region}) cannot be named {', '.join(skipped)}: "
-                        f"already used by {used[skipped[0]]}; using '{name}'."
-                    )
-                used[name] = hv["dt_instance_id"]
-                inventory.add_host(name)
-                for group in host_groups(hv):
-                    inventory.add_child(inventory.add_group(group), name)
-                for key, value in hv.items():
-                    inventory.set_variable(name, key, value)
-                if compose:
-                    self._set_composite_vars(compose, hv, name, strict=strict)
-                if groups:
-                    self._add_host_to_composed_groups(groups, hv, name, strict=strict)
-                if keyed_groups:
-                    self._add_host_to_keyed_groups(keyed_groups, hv, name, strict=strict)
+                gpu = self._gpu_count(instance.get("InstanceType"), region, gpus, gpu_overrides)
+                hostvars = host_vars(instance, region, gpu)
+                name = self._hostname(instance, hostvars, preferences, used)
+                self._add_host(name, hostvars, constructed)
+
+    def _gpu_count(self, itype, region, gpus, overrides):
+        if itype in overrides:
+            return overrides[itype]
+        gpu = gpus.get(itype)
+        if gpu is None:
+            self._warn(
+                f"{self.NAME}: instance type {itype} is unknown to ec2:DescribeInstanceTypes in "
+                f"region {region}; dt_gpu_count is 0 (set gpu_counts: {{{itype}: N}} to override)."
+            )
+        return gpu
+
+    def _hostname(self, instance, hostvars, preferences, used):
+        name, skipped = choose_hostname(instance, preferences, used)
+        if skipped:
+            self._warn(
+                f"{self.NAME}: {hostvars['dt_instance_id']} ({hostvars['dt_region']}) cannot be named "
+                f"{', '.join(skipped)}: already used by {used[skipped[0]]}; using '{name}'."
+            )
+        used[name] = hostvars["dt_instance_id"]
+        return name
+
+    def _add_host(self, name, hostvars, constructed):
+        inventory = self.inventory
+        inventory.add_host(name)
+        for group in host_groups(hostvars):
+            inventory.add_child(inventory.add_group(group), name)
+        for key, value in hostvars.items():
+            inventory.set_variable(name, key, value)
+        compose, groups, keyed_groups, strict = constructed
+        if compose:
+            self._set_composite_vars(compose, hostvars, name, strict=strict)
+        if groups:
+            self._add_host_to_composed_groups(groups, hostvars, name, strict=strict)
+        if keyed_groups:
+            self._add_host_to_keyed_groups(keyed_groups, hostvars, name, strict=strict)
 
     def parse(self, inventory, loader, path, cache=True):
-        super().parse(inventory, loader, path, cache)
+        """Options -> (cache or query) -> populate -> cache."""
         if not HAS_BOTO3:
             raise AnsibleParserError(f"{self.NAME} requires boto3 and botocore on the controller: pip install boto3")
-        config = self._read_config_data(path)
-        self._check_unknown_options(config, path)
+        super().parse(inventory, loader, path, cache=cache)
         try:
             check_hostnames(self.get_option("hostnames"))
         except ValueError as e:
             raise AnsibleParserError(f"{path}: {e}")
-
-        use_cache = bool(self.get_option("cache"))
-        cache_key = self.get_cache_key(path)
         signature = self._signature()
-        results = None
-        if use_cache and cache:
-            try:
-                cached = self._cache[cache_key]
-            except KeyError:
-                cached = None
-            if isinstance(cached, dict) and cached.get("format") == CACHE_FORMAT and cached.get("signature") == signature:
-                results = cached
+        results = self._cached_results(path, cache, signature)
         fetched = results is None
         if fetched:
-            results = self._query()
-            results["signature"] = signature
+            results = dict(self._query(), signature=signature)
         try:
             self._populate(results)
         finally:
             self._flush_warnings()
-        if use_cache and fetched:
-            self._cache[cache_key] = results
+        if fetched and self.get_option("cache"):
+            # (not update_cached_result(): it keeps an existing entry, even one of another query)
+            self._cache[self.get_cache_key(path)] = results

@@ -1,6 +1,8 @@
 """Helpers shared by the ec2_elastic inventory tests and the benchmark-style CLI tests."""
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import socket
 
@@ -56,17 +58,52 @@ NAME = "dynatrain.elastic.ec2_elastic"
 _DEFS_LOADED = []
 
 
+class _FragmentLoader:
+    """ansible's doc fragment loader, plus collections' fragments (amazon.aws.common.plugins...)
+    found by a plain import: without ansible's collection finder the real loader cannot."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def get(self, name, *args, **kwargs):
+        if "." not in name:
+            return self._real.get(name, *args, **kwargs)
+        parts = name.split(".")
+        if len(parts) != 3:
+            return None  # add_fragments then retries without the trailing variable name
+        try:
+            module = importlib.import_module(f"ansible_collections.{parts[0]}.{parts[1]}.plugins.doc_fragments.{parts[2]}")
+        except ImportError:
+            return None
+        fragment = module.ModuleDocFragment()
+        fragment.ansible_name = name
+        return fragment
+
+
+@contextlib.contextmanager
+def _collection_fragments():
+    from ansible.plugins import loader
+
+    real = loader.fragment_loader
+    loader.fragment_loader = _FragmentLoader(real)
+    try:
+        yield
+    finally:
+        loader.fragment_loader = real
+
+
 def new_plugin():
-    """A plugin instance set up the way ansible's plugin loader does it (option definitions
-    registered, names set), without installing the collection finder, so it works whatever
-    else the test session imported first."""
+    """A plugin instance set up the way ansible's plugin loader does it (option definitions,
+    doc fragments included, registered; names set), without installing the collection finder,
+    so it works whatever else the test session imported first."""
     from ansible.plugins.loader import inventory_loader
 
     from ansible_collections.dynatrain.elastic.plugins.inventory import ec2_elastic
 
     path = os.path.abspath(ec2_elastic.__file__)
     if not _DEFS_LOADED:
-        inventory_loader._load_config_defs(NAME, ec2_elastic, path)
+        with _collection_fragments():
+            inventory_loader._load_config_defs(NAME, ec2_elastic, path)
         _DEFS_LOADED.append(True)
     plugin = ec2_elastic.InventoryModule()
     inventory_loader._update_object(obj=plugin, name=NAME, path=path, redirected_names=[NAME], resolved=NAME)

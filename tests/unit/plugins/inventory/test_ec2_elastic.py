@@ -575,7 +575,7 @@ def test_credentials_options(tmp_path, monkeypatch, api_calls):
 def test_no_credentials(tmp_path, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    with pytest.raises(AnsibleParserError, match="no AWS credentials found; set aws_access_key_id"):
+    with pytest.raises(AnsibleParserError, match="no AWS credentials found; set access_key and secret_key"):
         run(tmp_path, regions=["us-east-1"])
 
 
@@ -647,8 +647,9 @@ def test_wrong_suffix(tmp_path, warnings):
 
 
 def test_unknown_option(tmp_path):
-    with mock_aws(), pytest.raises(AnsibleParserError, match=r"unknown option\(s\).*'region' \(did you mean 'regions'\?\)"):
-        run(tmp_path, region="us-east-1")
+    # ('region' is an option now, from amazon.aws's region fragment: see test_region_option)
+    with mock_aws(), pytest.raises(AnsibleParserError, match=r"unknown option\(s\).*'cluster' \(did you mean 'clusters'\?\)"):
+        run(tmp_path, regions=["us-east-1"], cluster="alpha")
 
 
 def test_strict_permissions_with_iam(tmp_path, warnings):
@@ -732,3 +733,125 @@ def test_templated_credentials(tmp_path, monkeypatch):
         inv = run(tmp_path, regions=["us-east-1"], aws_access_key_id="{{ lookup('env', 'DT_TEST_KEY') }}",
                   aws_secret_access_key="x")
         assert len(inv.hosts) == 1
+
+
+# ---------------------------------------------------------------------------
+# what amazon.aws's AWSInventoryBase does for the plugin: options from its doc fragments,
+# credentials, clients, default region, endpoint, assume-role
+# ---------------------------------------------------------------------------
+
+
+def parsed_plugin(path, cache=True):
+    """The plugin after parse(), to look at the clients it makes."""
+    plugin = new_plugin()
+    plugin.parse(InventoryData(), DataLoader(), path, cache=cache)
+    return plugin
+
+
+def test_aws_options_come_from_amazon_aws_fragments():
+    from ansible import constants as C
+    from ansible_collections.amazon.aws.plugins.plugin_utils.inventory import AWSInventoryBase
+
+    assert isinstance(new_plugin(), AWSInventoryBase)
+    defs = C.config.get_configuration_definitions("inventory", NAME)
+    assert {"aws_access_key_id", "aws_access_key"} <= set(defs["access_key"]["aliases"])
+    assert {"aws_secret_access_key", "aws_secret_key"} <= set(defs["secret_key"]["aliases"])
+    assert "aws_session_token" in defs["session_token"]["aliases"]
+    assert {e["name"] for e in defs["access_key"]["env"]} == {"AWS_ACCESS_KEY_ID", "AWS_ACCESS_KEY"}
+    assert {e["name"] for e in defs["profile"]["env"]} >= {"AWS_PROFILE"}
+    assert [e["name"] for e in defs["region"]["env"]] == ["AWS_REGION"]
+    assert [e["name"] for e in defs["endpoint_url"]["env"]] == ["AWS_URL"]
+    assert "iam_role_arn" in defs["assume_role_arn"]["aliases"]
+    for ours in ("regions", "clusters", "filters", "hostnames", "gpu_counts", "strict_permissions", "cache", "compose"):
+        assert ours in defs
+
+
+def test_region_option_when_regions_is_empty(tmp_path, monkeypatch, api_calls):
+    with mock_aws():
+        launch(ec2_client("eu-west-1"), cluster="c", role="master")
+        inv = run(tmp_path, region="eu-west-1")
+        assert [hv(inv, h)["dt_region"] for h in inv.hosts] == ["eu-west-1"]
+        monkeypatch.setenv("AWS_REGION", "eu-west-1")  # the region option's environment variable
+        assert len(run(tmp_path).hosts) == 1
+        # regions wins over region; an empty list never means 'every region'
+        assert not run(tmp_path, regions=["us-east-1"]).hosts
+    assert {c[2] for c in ops(api_calls, "DescribeInstances")} == {"eu-west-1", "us-east-1"}
+
+
+def test_templated_regions_and_clusters_without_deprecation(tmp_path, warnings):
+    with mock_aws():
+        launch(ec2_client("us-east-1"), cluster="alpha", role="master")
+        launch(ec2_client("us-east-1"), cluster="beta", role="master")
+        inv = run(tmp_path, regions=["{{ 'us-east-' ~ 1 }}"], clusters=["{{ 'al' ~ 'pha' }}"], hostnames=["instance-id"])
+    assert [hv(inv, h)["dt_cluster"] for h in inv.hosts] == ["alpha"]
+    assert not warnings  # (amazon.aws's own templating warns 'disable_lookups is deprecated')
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_EC2", "AWS_URL"])
+def test_endpoint_from_the_environment(tmp_path, monkeypatch, variable):
+    port = free_port()
+    monkeypatch.setenv(variable, f"http://127.0.0.1:{port}")
+    with pytest.raises(AnsibleParserError, match=f"could not connect to the EC2 API at http://127.0.0.1:{port} "):
+        run(tmp_path, regions=["us-east-1"])
+
+
+def test_endpoint_url_option_beats_the_environment(tmp_path, monkeypatch):
+    port = free_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    with pytest.raises(AnsibleParserError, match=f"at http://127.0.0.1:{port} "):
+        run(tmp_path, regions=["us-east-1"], aws_endpoint_url=f"http://127.0.0.1:{port}")
+
+
+def test_assume_role_uses_the_endpoint_and_region(tmp_path, api_calls):
+    port = free_port()
+    with pytest.raises(AnsibleParserError, match=f"could not assume role arn:.*http://127.0.0.1:{port}/"):
+        run(tmp_path, regions=["us-east-1"], endpoint_url=f"http://127.0.0.1:{port}",
+            iam_role_arn="arn:aws:iam::123456789012:role/dt-inventory")
+    with mock_aws():
+        launch(ec2_client("eu-west-1"), cluster="c", role="master")
+        inv = run(tmp_path, regions=["eu-west-1"], region="eu-west-1", assume_role_arn="arn:aws:iam::123456789012:role/r")
+        assert len(inv.hosts) == 1
+    assert ("sts", "AssumeRole", "eu-west-1") in api_calls
+
+
+def test_assumed_role_credentials_are_used(tmp_path):
+    with mock_aws():
+        path = write_config(tmp_path, {"regions": ["us-east-1"], "assume_role_arn": "arn:aws:iam::123456789012:role/r"})
+        plugin = parsed_plugin(path)
+        key = plugin.client("ec2", region="us-east-1")._request_signer._credentials.access_key
+    assert key != "testing" and key.startswith("ASIA")
+
+
+def test_cached_run_with_assume_role_makes_no_api_call(tmp_path, api_calls):
+    config = dict(regions=["us-east-1"], assume_role_arn="arn:aws:iam::123456789012:role/r", cache=True,
+                  cache_plugin="jsonfile", cache_connection=str(tmp_path / "cache"), cache_timeout=3600)
+    with mock_aws():
+        launch(ec2_client("us-east-1"), cluster="c", role="master")
+        path = write_config(tmp_path, config)
+        assert len(parse(path).hosts) == 1
+        calls = len(reads(api_calls))
+        assert len(parse(path).hosts) == 1
+    assert len(reads(api_calls)) == calls and ops(api_calls, "AssumeRole")
+
+
+def test_keys_in_the_file_beat_a_profile_from_the_environment(tmp_path, monkeypatch):
+    conf = tmp_path / "aws-config"
+    conf.write_text("[profile training]\naws_access_key_id = AKIDPROFILE\naws_secret_access_key = s\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("AWS_PROFILE", "training")
+    with mock_aws():
+        plugin = parsed_plugin(write_config(tmp_path, {"regions": ["us-east-1"], "access_key": "AKIDFILE", "secret_key": "s"}))
+        assert plugin.client("ec2", region="us-east-1")._request_signer._credentials.access_key == "AKIDFILE"
+        plugin = parsed_plugin(write_config(tmp_path, {"regions": ["us-east-1"], "profile": "training"}))
+        assert plugin.client("ec2", region="us-east-1")._request_signer._credentials.access_key == "AKIDPROFILE"
+
+
+def test_validate_certs(tmp_path, monkeypatch):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+    with mock_aws():
+        plugin = parsed_plugin(write_config(tmp_path, {"regions": ["us-east-1"]}))
+        assert plugin.client("ec2", region="us-east-1")._endpoint.http_session._verify == str(bundle)
+        plugin = parsed_plugin(write_config(tmp_path, {"regions": ["us-east-1"], "validate_certs": False}))
+        assert plugin.client("ec2", region="us-east-1")._endpoint.http_session._verify is False

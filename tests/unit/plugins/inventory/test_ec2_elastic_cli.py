@@ -85,10 +85,10 @@ def test_aws_endpoint_url_env(tmp_path, server):
 
 def test_errors_reach_the_user(tmp_path):
     bad = tmp_path / "typo.ec2_elastic.yml"
-    bad.write_text("plugin: dynatrain.elastic.ec2_elastic\nregion: us-east-1\n")
+    bad.write_text("plugin: dynatrain.elastic.ec2_elastic\nregions: [us-east-1]\ncluster: demo\n")
     proc = ansible("ansible-inventory", "-i", str(bad), "--list", env={"ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"})
     assert proc.returncode != 0
-    assert "did you mean 'regions'" in proc.stderr
+    assert "did you mean 'clusters'" in proc.stderr
     wrong = tmp_path / "cluster.yml"
     wrong.write_text("plugin: dynatrain.elastic.ec2_elastic\nregions: [us-east-1]\n")
     proc = ansible("ansible-inventory", "-i", str(wrong), "--list")
