@@ -17,6 +17,10 @@ DEST=$WORK/ansible_collections/dynatrain/elastic
 mkdir -p "$DEST"
 # Only what git tracks (plus uncommitted changes of tracked files).
 git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$DEST/"
+# The inventory plugin builds on amazon.aws (doc fragments, AWSInventoryBase): the import,
+# validate-modules and ansible-doc tests need it beside our collection.
+AMAZON=$(python -c 'import ansible_collections.amazon.aws as m, os; print(os.path.dirname(m.__file__))')
+mkdir -p "$WORK/ansible_collections/amazon" && cp -r "$AMAZON" "$WORK/ansible_collections/amazon/aws"
 cd "$DEST"
 git init -q && git add -A >/dev/null
 ansible-test sanity --python 3.11 --color no ${DT_SANITY_ARGS:-}
