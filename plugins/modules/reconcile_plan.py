@@ -11,20 +11,20 @@ module: reconcile_plan
 short_description: Decide what brings an elastic cluster's EC2 instances, host_worker and log into agreement
 version_added: "0.1.0"
 description:
-  - Pure decision step of the C(reconcile) playbook; changes nothing. It compares the
+  - The pure decision step of the C(reconcile) playbook, which changes nothing. It compares the
     cluster's running instances (from the M(dynatrain.elastic.ec2_elastic) inventory)
     with the job's C(host_worker) and C(host_worker_log) (from M(dynatrain.elastic.job_info))
     and returns what to do with each instance.
-  - C(lost) - workers the launcher logged C(FAILED) that are no longer in C(host_worker):
+  - C(lost) - workers the launcher logged C(FAILED) that are no longer in C(host_worker);
     tag C(FAILED), remove their data marker, terminate.
   - C(drained) - workers that left the job on their own (a spot interruption drain, last log
-    event C(REMOVED)) while their tag still says C(ADDED): tag C(REMOVED), remove the marker,
+    event C(REMOVED)) while their tag still says C(ADDED); tag C(REMOVED), remove the marker,
     terminate.
   - C(join) - instances launched from the worker launch template outside the playbooks (DT's
-    console workflow: the elastic-worker tag, no launch token, never in the job): configure,
+    console workflow - the elastic-worker tag, no launch token, never in the job); configure,
     prepare and join them as C(add_workers) does.
   - C(remove) - elastic workers in C(host_worker) whose elastic-worker tag was deleted (DT's way
-    to ask for a removal): remove them gracefully.
+    to ask for a removal); remove them gracefully.
   - C(launch) - how many workers to launch so that the job reaches O(desired) workers
     (the master counts), after the joins and removals above.
   - Instances that C(add_workers) or C(remove_workers) are handling right now (status
