@@ -57,8 +57,8 @@ attributes:
     support: N/A
     platforms: posix
 notes:
-  - Run it on a host that mounts the shared volume, usually the master: the age
-    of the status is then measured with the clock of the launcher that wrote it.
+  - Run it on a host that mounts the shared volume, usually the master, so that
+    the age of the status is measured with the clock of the launcher that wrote it.
   - The file formats are described in C(docs/INTERNALS.md) of the collection.
 seealso:
   - module: dynatrain.elastic.host_worker
