@@ -21,7 +21,9 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
-TRAIN = ["--epochs", "80", "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
+# Long enough that the last add_workers (after the lost worker) lands well before the end.
+EPOCHS = 100
+TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
 
@@ -149,7 +151,7 @@ def test_elastic_membership_end_to_end(cloud):
         meta = latest[1]
         assert meta["finished"]
         assert dt_elastic.audit_check(meta["audit"], meta["num_samples"]) == []
-        assert sorted(meta["audit"]["completed_epochs"]) == list(range(80))
+        assert sorted(meta["audit"]["completed_epochs"]) == list(range(EPOCHS))
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
         elastic_acc = final["val_acc"]
 
