@@ -21,6 +21,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 
+# The collection's readers of the shared volume's files (`make collection` links
+# .collections/ansible_collections/dynatrain/elastic to this checkout).
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
+from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (  # noqa: E402
+    HostWorkerError, parse_hosts)
+from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (  # noqa: E402
+    JobStatusError, parse_status)
+
 
 class DemoError(RuntimeError):
     pass
@@ -122,10 +130,18 @@ class Demo:
             return default
 
     def status(self):
+        """status.json as a dict ({} while missing or being replaced)."""
         try:
-            return json.loads(self.read("status.json", "{}") or "{}")
-        except ValueError:
+            return parse_status(self.read("status.json"))
+        except JobStatusError:
             return {}
+
+    def hosts(self):
+        """host_worker's addresses, the master last."""
+        try:
+            return parse_hosts(self.read("host_worker"))
+        except HostWorkerError as exc:
+            raise DemoError(str(exc)) from None
 
     def wait_for(self, what, predicate, timeout):
         deadline = time.monotonic() + timeout
@@ -170,7 +186,7 @@ class Demo:
                              "resume_step": g.get("resume_step")} for g in generations],
             "nodes": self.instances(),
             "final": result,
-            "host_worker": [l for l in self.read("host_worker").split() if not l.startswith("#")],
+            "host_worker": self.hosts(),
             "host_worker_log": self.read("host_worker_log").splitlines(),
             "phases": self.phases,
             "total_s": round(time.monotonic() - t_start, 1),

@@ -1,5 +1,14 @@
-"""End-to-end fixtures: the embedded local cloud, shared by the e2e tests."""
+"""End-to-end fixtures: the embedded local cloud, shared by the e2e tests.
+
+A run leaves nothing behind: at the end of the session every cluster a test
+named is torn down with playbooks/teardown.yml (a no-op for one already gone)
+and the local cloud is stopped (`python -m localcloud down`: daemon,
+containers, file systems). DT_KEEP_CLOUD=1 keeps the cloud (and its clusters)
+up for a look afterwards.
+"""
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,6 +18,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import demo  # noqa: E402  (scripts/demo.py: one home for driving the playbooks)
+
+# Every cluster a test named (dt_cluster_name of a playbook run), with the extra vars
+# that locate it; torn down at the end of the session.
+CLUSTERS = {}
 
 
 def _podman_ready():
@@ -20,18 +33,58 @@ def _podman_ready():
         return False
 
 
+def _keep_cloud():
+    return os.environ.get("DT_KEEP_CLOUD", "") not in ("", "0", "false", "no")
+
+
 @pytest.fixture(scope="session")
 def cloud():
-    """`python -m localcloud up` (idempotent); the environment to reach it."""
+    """`python -m localcloud up` (idempotent); the environment to reach it. Stopped at the end."""
     if not _podman_ready():
         pytest.fail("the node image is missing: run `make setup` (podman + localcloud build-image)")
     subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True, timeout=300)
-    return demo.localcloud_env()
+    env = demo.localcloud_env()
+    try:
+        yield env
+    finally:
+        _clean_up(env)
+
+
+def _clean_up(env):
+    if _keep_cloud():
+        print("\nDT_KEEP_CLOUD set: the local cloud and clusters %s stay up (`python -m localcloud down`)"
+              % sorted(CLUSTERS))
+        return
+    failures = []
+    for name, extra in sorted(CLUSTERS.items()):
+        if _cluster_exists(env, name):
+            rc, out = playbook(env, "teardown", extra, timeout=600)
+            if rc != 0:
+                failures.append("teardown of %s failed:\n%s" % (name, out[-2000:]))
+        # the controller-side key and pinned host keys (teardown removes them too)
+        shutil.rmtree(os.path.join(env["DT_STATE_DIR"], name), ignore_errors=True)
+    down = subprocess.run([sys.executable, "-m", "localcloud", "down"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    if down.returncode != 0:
+        failures.append("localcloud down failed:\n%s%s" % (down.stdout, down.stderr))
+    assert not failures, "\n".join(failures)
+
+
+def _cluster_exists(env, name):
+    import boto3
+    ec2 = boto3.client("ec2", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"],
+                       aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    filters = [{"Name": "tag:dynatrain:cluster", "Values": [name]}]
+    running = [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]
+               if i["State"]["Name"] not in ("terminated", "shutting-down")]
+    return bool(running or ec2.describe_vpcs(Filters=filters)["Vpcs"])
 
 
 def playbook(env, name, extra, timeout=1200):
     """Run playbooks/<name>.yml; returns (rc, output)."""
-    import json
+    if "dt_cluster_name" in extra:
+        CLUSTERS[extra["dt_cluster_name"]] = {k: v for k, v in extra.items()
+                                              if k in ("dt_cluster_name", "dt_vpc_cidr", "dt_subnet_cidr")}
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
            os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(extra)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

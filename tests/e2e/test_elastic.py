@@ -1,6 +1,6 @@
 """Issue 3 end to end on the local cloud: while the job trains, add 2 workers,
-remove the newest, remove a base worker, kill a worker's container outright;
-the job finishes, host_worker_log holds exactly the expected lines in DT's
+remove the newest, remove a base worker, kill a worker's container outright,
+then add a worker again (issue 9: the lost node must not hold it up); the job finishes, host_worker_log holds exactly the expected lines in DT's
 layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
-TRAIN = ["--epochs", "80", "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
+# Long enough that the last add_workers (after the lost worker) lands well before the end.
+EPOCHS = 100
+TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
 
@@ -44,7 +46,10 @@ def _nodes(env):
             if i["LaunchTime"].timestamp() < STARTED - 5:
                 continue
             tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
-            out[i["PrivateIpAddress"]] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags,
+            ip = i["PrivateIpAddress"]
+            if ip in out and out[ip]["launch"] > i["LaunchTime"]:
+                continue  # an address re-used by a later instance: the newest one is the node
+            out[ip] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags,
                                               launch=i["LaunchTime"])
     return out
 
@@ -115,21 +120,38 @@ def test_elastic_membership_end_to_end(cloud):
         subprocess.run(["podman", "kill", _nodes(env)[victim]["id"]], env=env, check=True, timeout=60)
         job.wait_for("the launcher to log FAILED", lambda: any(e[1] == "FAILED" for e in _log(job)), 120)
 
+        # issue 9: the lost node (its instance still runs, its container is dead) must not hold up
+        # the next membership change: add_workers waits on and contacts only the node it launches
+        step_before = job.status().get("step", 0)
+        t0 = time.monotonic()
+        _run_ok(env, "add_workers", {"count": 1})
+        add_after_kill_s = time.monotonic() - t0
+        print("\nadd_workers count=1 after a lost worker: %.1f s (epoch %s)"
+              % (add_after_kill_s, job.status().get("epoch")), flush=True)
+        assert add_after_kill_s < 240, add_after_kill_s  # the SSH wait on the dead node alone was 300 s
+        late = [ip for ip in job.hosts() if ip != master]
+        assert len(late) == 1, job.hosts()
+        assert _nodes(env)[late[0]]["tags"]["elastic_worker_status"] == "ADDED"
+        assert _log(job)[-1][1:] == ("ADDED", late[0])
+        job.wait_for("the job to go on with the new worker",
+                     lambda: job.final() or (job.status().get("world_size") == 2
+                                             and job.status().get("step", 0) > step_before), 120)
+
         final = job.wait_for("the job to finish", job.final, 1500)
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted(entry[1:] for entry in log) == sorted(
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
-            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim)])
-        assert [entry[1] for entry in log][-3:] == ["REMOVED", "REMOVED", "FAILED"]
-        assert [l for l in job.read("host_worker").split() if not l.startswith("#")] == [master]
+            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0])])
+        assert [entry[1] for entry in log][-4:] == ["REMOVED", "REMOVED", "FAILED", "ADDED"]
+        assert job.hosts() == [late[0], master]
 
         # every sample exactly once per epoch across all the resizes
         latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
         meta = latest[1]
         assert meta["finished"]
         assert dt_elastic.audit_check(meta["audit"], meta["num_samples"]) == []
-        assert sorted(meta["audit"]["completed_epochs"]) == list(range(80))
+        assert sorted(meta["audit"]["completed_epochs"]) == list(range(EPOCHS))
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
         elastic_acc = final["val_acc"]
 
