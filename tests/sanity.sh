@@ -19,7 +19,7 @@ mkdir -p "$DEST"
 git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$DEST/"
 # The inventory plugin builds on amazon.aws (doc fragments, AWSInventoryBase): the import,
 # validate-modules and ansible-doc tests need it beside our collection.
-AMAZON=$(python -c 'import ansible_collections.amazon.aws as m, os; print(os.path.dirname(m.__file__))')
+AMAZON=$(python -c 'import ansible_collections.amazon.aws as m; print(list(m.__path__)[0])')
 mkdir -p "$WORK/ansible_collections/amazon" && cp -r "$AMAZON" "$WORK/ansible_collections/amazon/aws"
 cd "$DEST"
 git init -q && git add -A >/dev/null
