@@ -235,7 +235,7 @@ def main(argv=None):
     p.add_argument("--add", type=int, default=1, help="workers to add while training")
     p.add_argument("--timeout", type=int, default=900, help="seconds to wait for training to finish")
     p.add_argument("--train-args", default="--epochs 60 --step-sleep 0.25",
-                   help="arguments of the training script (files/train_digits.py); the step sleep "
+                   help="arguments of the training script (dt-train-digits); the step sleep "
                         "stands in for a heavier model so that the resizes land mid-run")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
     args = p.parse_args(argv)

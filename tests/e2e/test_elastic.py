@@ -7,15 +7,13 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT, demo, playbook
+from conftest import demo, playbook
 
-sys.path.insert(0, os.path.join(ROOT, "files"))
-import dt_elastic  # noqa: E402  (stdlib at import time: checkpoint + audit readers)
+from dynatrain_runtime.checkpoint import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
 pytestmark = pytest.mark.e2e
 
@@ -147,10 +145,10 @@ def test_elastic_membership_end_to_end(cloud):
         assert job.hosts() == [late[0], master]
 
         # every sample exactly once per epoch across all the resizes
-        latest = dt_elastic.CheckpointStore(os.path.join(efs, "checkpoints")).latest()
+        latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()
         meta = latest[1]
         assert meta["finished"]
-        assert dt_elastic.audit_check(meta["audit"], meta["num_samples"]) == []
+        assert audit_check(meta["audit"], meta["num_samples"]) == []
         assert sorted(meta["audit"]["completed_epochs"]) == list(range(EPOCHS))
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
         elastic_acc = final["val_acc"]
