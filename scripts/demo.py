@@ -153,6 +153,16 @@ class Demo:
         raise DemoError("timed out after %d s waiting for %s; launcher log tail:\n%s"
                         % (timeout, what, self.read("logs/launcher.log")[-3000:]))
 
+    def events(self):
+        """events.jsonl as a list of dicts (a line still being written is skipped)."""
+        out = []
+        for line in self.read("events.jsonl").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
     def final(self):
         try:
             return json.loads(self.read("results/final.json", "") or "null")

@@ -1,17 +1,21 @@
 """Issue 3 end to end on the local cloud: while the job trains, add 2 workers,
 remove the newest, remove a base worker, kill a worker's container outright,
-then add a worker again (issue 9: the lost node must not hold it up); the job finishes, host_worker_log holds exactly the expected lines in DT's
-layout with SEQ increasing by one, no sample is skipped or repeated within an
+then add a worker again (issue 9: the lost node must not hold it up), drain a
+worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
+instance launched from the worker template by hand, launch up to
+dt_desired_workers), delete an elastic tag and reconcile again; the job finishes,
+host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import demo, playbook
+from conftest import ROOT, demo, playbook
 
 from dynatrain_runtime.checkpoint import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -20,7 +24,7 @@ pytestmark = pytest.mark.e2e
 CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
 # Long enough that the last add_workers (after the lost worker) lands well before the end.
-EPOCHS = 100
+EPOCHS = 150
 TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
@@ -47,8 +51,7 @@ def _nodes(env):
             ip = i["PrivateIpAddress"]
             if ip in out and out[ip]["launch"] > i["LaunchTime"]:
                 continue  # an address re-used by a later instance: the newest one is the node
-            out[ip] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags,
-                                              launch=i["LaunchTime"])
+            out[ip] = dict(id=i["InstanceId"], state=i["State"]["Name"], tags=tags, launch=i["LaunchTime"])
     return out
 
 
@@ -135,14 +138,59 @@ def test_elastic_membership_end_to_end(cloud):
                      lambda: job.final() or (job.status().get("world_size") == 2
                                              and job.status().get("step", 0) > step_before), 120)
 
+        # issue 9: a spot notice drains a worker at the next step boundary (nothing recomputed)
+        noticed = time.monotonic()
+        subprocess.run([sys.executable, "-m", "localcloud", "interrupt", _nodes(env)[late[0]]["id"]],
+                       cwd=ROOT, env=env, check=True, timeout=60)
+        job.wait_for("the drained worker's REMOVED", lambda: _log(job)[-1][1:] == ("REMOVED", late[0]), 90)
+        drain_s = time.monotonic() - noticed
+        drained = [e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == "drain"]
+        print("spot notice -> REMOVED: %.1f s, recomputed steps: %s" % (drain_s, drained[-1]["recomputed_steps"]),
+              flush=True)
+        assert drained and drained[-1]["recomputed_steps"] == 0
+        assert [e for e in job.events() if e.get("log_event") == "REMOVED"][-1]["reason"] == "spot"
+
+        # DT's console workflow: an instance launched from the worker launch template by hand
+        ec2 = _boto(env, "ec2")
+        console = ec2.run_instances(LaunchTemplate={"LaunchTemplateName": CLUSTER + "-worker"},
+                                    MinCount=1, MaxCount=1)["Instances"][0]
+        console_ip = console["PrivateIpAddress"]
+        assert CLUSTER + "-aws-dl-cfn-elastic-worker" in {t["Key"] for t in console.get("Tags", [])}
+        # one reconcile pass: the lost and the drained nodes are cleaned up, the console instance joins,
+        # and dt_desired_workers=3 launches one replacement
+        t0 = time.monotonic()
+        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3})
+        reconcile_s = time.monotonic() - t0
+        print("reconcile (clean up 2, join 1, launch 1): %.1f s" % reconcile_s, flush=True)
+        nodes = _nodes(env)
+        assert nodes[victim]["tags"]["elastic_worker_status"] == "FAILED", out[-3000:]
+        assert nodes[victim]["state"] in ("shutting-down", "terminated")
+        assert nodes[late[0]]["tags"]["elastic_worker_status"] == "REMOVED"
+        assert not any(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in (victim, late[0]))
+        assert nodes[console_ip]["tags"]["elastic_worker_status"] == "ADDED"
+        replacement = [ip for ip in job.hosts() if ip not in (console_ip, master)]
+        assert len(replacement) == 1 and len(job.hosts()) == 3, job.hosts()
+        assert nodes[replacement[0]]["tags"]["elastic_worker_status"] == "ADDED"
+        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3})
+        assert "nothing to do" in out, out[-3000:]                        # converged: a second pass is idle
+
+        # deleting the elastic-worker tag asks for a graceful removal
+        ec2.delete_tags(Resources=[nodes[console_ip]["id"]], Tags=[{"Key": CLUSTER + "-aws-dl-cfn-elastic-worker"}])
+        _run_ok(env, "reconcile", {})
+        assert _nodes(env)[console_ip]["tags"]["elastic_worker_status"] == "REMOVED"
+        assert _log(job)[-1][1:] == ("REMOVED", console_ip)
+        assert job.hosts() == [replacement[0], master]
+
         final = job.wait_for("the job to finish", job.final, 1500)
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted(entry[1:] for entry in log) == sorted(
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
-            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0])])
-        assert [entry[1] for entry in log][-4:] == ["REMOVED", "REMOVED", "FAILED", "ADDED"]
-        assert job.hosts() == [late[0], master]
+            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0]),
+               ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip)])
+        assert [entry[1] for entry in log][-8:] == ["REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED",
+                                                     "ADDED", "REMOVED"]
+        assert job.hosts() == [replacement[0], master]
 
         # every sample exactly once per epoch across all the resizes
         latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()

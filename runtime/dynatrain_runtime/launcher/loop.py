@@ -176,7 +176,9 @@ class Launcher:
             r = g.resize
             r.update(first_step_s=round(g.first_step_at - g.started, 3),
                      total_s=round(g.first_step_at - r["detected_at"], 3),
-                     first_step=int(msg.get("step", 0)), world=g.world, generation=g.id)
+                     first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
+                     resume_step=g.resume_step,
+                     recomputed_steps=max(0, r.get("stop_step", g.resume_step) - g.resume_step))
             self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
                      f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
             self.event("resize_end", **r)
@@ -317,7 +319,7 @@ class Launcher:
         self.pending_resize = {"detected_at": time.time(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,
                                "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
-                               "resume_step": latest[1]["step"] if latest else 0}
+                               "resume_step": latest[1]["step"] if latest else 0, "stop_step": g.max_step}
         self.event("resize_start", **self.pending_resize)
 
     # ------------------------------------------------------------------ main
@@ -398,6 +400,8 @@ class Launcher:
                 g.resize["stop_s"] = round(g.started - g.resize["detected_at"], 3)
             outcome, info = self.monitor(g)
             self.teardown(g, outcome)
+            if self.pending_resize is not None:
+                self.pending_resize["stop_step"] = g.max_step     # how far the old group got
             if outcome == "done":
                 self._train_done(g)
                 break

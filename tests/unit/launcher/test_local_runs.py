@@ -98,6 +98,9 @@ def test_elastic_add_remove_fail(tmp_path, node_python, digits_npz, fixed_run):
     assert len(ends) >= 4 and all(e["total_s"] > 0 for e in ends)
     failed = [e for e in evs if e["event"] == "worker_failed"]
     assert failed and failed[0]["ip"] == C
+    lost = [e for e in ends if e.get("reason") == "failure"]
+    assert lost and lost[0]["recomputed_steps"] >= 0 and lost[0]["resume_step"] <= lost[0]["stop_step"]
+    assert all(e["recomputed_steps"] == 0 for e in ends if e.get("reason") != "failure")
 
 
 def test_sigterm_then_restart_resumes(tmp_path, node_python, digits_npz):
@@ -164,6 +167,8 @@ def test_spot_drain_leaves_at_the_next_step_with_nothing_recomputed(tmp_path, no
     assert removed[0]["ip"] == B and removed[0]["reason"] == "spot"
     start = next(e for e in evs if e["event"] == "resize_start" and e.get("reason") == "drain")
     assert start["drained"] == {B: "spot"}
+    end = next(e for e in evs if e["event"] == "resize_end" and e.get("reason") == "drain")
+    assert end["recomputed_steps"] == 0 and end["first_step"] == end["resume_step"] + 1 > 1
     gens = [e for e in evs if e["event"] == "generation_start"]
     assert len(gens) == 2 and gens[1]["membership"] == [A, M]
     meta = latest_meta(efs)
