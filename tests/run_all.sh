@@ -35,6 +35,11 @@ for stage in $STAGES; do
   esac
 done
 
+# Nothing stays behind: the cluster molecule scenario and the e2e share the local cloud.
+if [ -z "${DT_KEEP_CLOUD:-}" ] || [ "${DT_KEEP_CLOUD}" = 0 ]; then
+  python -m localcloud down >/dev/null 2>&1 || true
+fi
+
 echo
 echo "=== make test: wall time per stage"
 for stage in $STAGES; do
