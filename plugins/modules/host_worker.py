@@ -102,15 +102,12 @@ options:
     default: 30
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details:
       - The diff shows the whole C(host_worker) file before and after the edit.
   platform:
-    description: Target OS/families that can be operated against.
     support: N/A
     platforms: posix
   action_group:
@@ -125,6 +122,8 @@ notes:
     running job, which can take as long as its data preparation plus one step
     (or one epoch with C(--resize-at epoch)); choose O(timeout) accordingly.
   - The file formats are described in C(docs/INTERNALS.md) of the collection.
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""

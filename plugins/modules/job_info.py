@@ -45,15 +45,12 @@ options:
     default: 60
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - The module only reads; it behaves the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   platform:
-    description: Target OS/families that can be operated against.
     support: N/A
     platforms: posix
 notes:
@@ -62,6 +59,8 @@ notes:
   - The file formats are described in C(docs/INTERNALS.md) of the collection.
 seealso:
   - module: dynatrain.elastic.host_worker
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
