@@ -47,9 +47,10 @@ options:
     elements: str
     required: true
   log:
-    description: C(host_worker_log) entries, oldest first, each C([seq, event, ip, ns]).
+    description: C(host_worker_log) entries, oldest first, as RV(dynatrain.elastic.job_info#module:log) returns them
+      (dicts with C(seq), C(event), C(ip), C(ns)).
     type: list
-    elements: raw
+    elements: dict
     default: []
   desired:
     description: Workers the job should have (the master included); V(0) keeps the size as it is.
@@ -118,7 +119,7 @@ def last_events(log):
     """The last host_worker_log event of each address."""
     last = {}
     for entry in log:
-        last[str(entry[2])] = str(entry[1])
+        last[str(entry["ip"])] = str(entry["event"])
     return last
 
 
@@ -165,7 +166,7 @@ def main():
         argument_spec={
             "nodes": {"type": "list", "elements": "dict", "required": True},
             "hosts": {"type": "list", "elements": "str", "required": True},
-            "log": {"type": "list", "elements": "raw", "default": []},
+            "log": {"type": "list", "elements": "dict", "default": []},
             "desired": {"type": "int", "default": 0},
         },
         supports_check_mode=True,

@@ -16,7 +16,12 @@ def node(ip, role="worker", status="ADDED", elastic=True, group="elastic", token
 
 
 MASTER = node(M, role="master", status=None, elastic=False, group=None)
-LOG = [[0, "ADDED", A, 1], [1, "ADDED", M, 2], [2, "ADDED", B, 3]]
+def entry(seq, event, ip):
+    """A host_worker_log entry as dynatrain.elastic.job_info returns it."""
+    return {"seq": seq, "event": event, "ip": ip, "ns": 1542536656974259605 + seq}
+
+
+LOG = [entry(0, "ADDED", A), entry(1, "ADDED", M), entry(2, "ADDED", B)]
 
 
 def ids(nodes):
@@ -30,7 +35,7 @@ def test_healthy_cluster_needs_nothing():
 
 
 def test_a_worker_the_launcher_lost_is_cleaned_up():
-    log = LOG + [[3, "FAILED", B, 4]]
+    log = LOG + [entry(3, "FAILED", B)]
     out = rp.plan([MASTER, node(A), node(B)], [A, M], log)
     assert ids(out["lost"]) == [B] and out["join"] == [] and out["drained"] == []
     # once tagged FAILED (kept with keep_failed) it is still reported, never joined again
@@ -39,7 +44,7 @@ def test_a_worker_the_launcher_lost_is_cleaned_up():
 
 
 def test_a_drained_spot_worker_is_tagged_removed():
-    log = LOG + [[3, "REMOVED", B, 4]]
+    log = LOG + [entry(3, "REMOVED", B)]
     out = rp.plan([MASTER, node(A), node(B, status="ADDED")], [A, M], log)
     assert ids(out["drained"]) == [B]
     # remove_workers' own removal (REMOVAL_QUEUED, then REMOVED) is left to remove_workers
@@ -89,7 +94,7 @@ def test_module_rejects_a_negative_size(capsys):
 
 
 def test_module_returns_the_plan(capsys):
-    with patch_module_args({"nodes": [MASTER, node(A), node(B)], "hosts": [A, M], "log": LOG + [[3, "FAILED", B, 4]]}):
+    with patch_module_args({"nodes": [MASTER, node(A), node(B)], "hosts": [A, M], "log": LOG + [entry(3, "FAILED", B)]}):
         with pytest.raises(SystemExit):
             rp.main()
     out = json.loads(capsys.readouterr().out)
