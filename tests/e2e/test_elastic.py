@@ -188,8 +188,8 @@ def test_elastic_membership_end_to_end(cloud):
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
             + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0]),
                ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip)])
-        assert [entry[1] for entry in log][-8:] == ["REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED",
-                                                     "ADDED", "REMOVED"]
+        assert [entry[1] for entry in log][-8:] == [
+            "REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED", "ADDED", "REMOVED"]
         assert job.hosts() == [replacement[0], master]
 
         # every sample exactly once per epoch across all the resizes

@@ -16,6 +16,8 @@ def node(ip, role="worker", status="ADDED", elastic=True, group="elastic", token
 
 
 MASTER = node(M, role="master", status=None, elastic=False, group=None)
+
+
 def entry(seq, event, ip):
     """A host_worker_log entry as dynatrain.elastic.job_info returns it."""
     return {"seq": seq, "event": event, "ip": ip, "ns": 1542536656974259605 + seq}
