@@ -24,6 +24,8 @@ CASES = [
     ("node_base", "main", {"node_base_workers_count": "two"}, "node_base_workers_count"),
     ("prepare_data", "main", {"prepare_data_state": "gone"}, "prepare_data_state"),
     ("prepare_data", "main", {"prepare_data_timeout": "long"}, "prepare_data_timeout"),
+    ("reconcile_timer", "main", {"reconcile_timer_interval": "5"}, "reconcile_timer_interval"),
+    ("spot_watch", "main", {"spot_watch_state": "paused"}, "spot_watch_state"),
 ]
 
 
