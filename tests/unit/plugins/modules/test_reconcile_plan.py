@@ -7,7 +7,11 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dynatrain.elastic.plugins.modules import reconcile_plan as rp
 
-M, A, B, C, D = "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"
+M = "10.0.0.1"      # the master
+A = "10.0.0.2"
+B = "10.0.0.3"
+C = "10.0.0.4"
+D = "10.0.0.5"
 
 
 def node(ip, role="worker", status="ADDED", elastic=True, group="elastic", token=True):
