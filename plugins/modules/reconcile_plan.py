@@ -156,9 +156,11 @@ def summarize(out, desired, size):
     for key, label in labels.items():
         for node in out[key]:
             lines.append(f"{node.get('id')} {node.get('ip')}: {label}")
+    if not lines and not out["launch"]:
+        lines.append("nothing to do")
     if desired:
         lines.append(f"desired size {desired}: the job will have {size}; launching {out['launch']}")
-    return lines or ["nothing to do"]
+    return lines
 
 
 def main():

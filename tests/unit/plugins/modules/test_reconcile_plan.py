@@ -89,6 +89,8 @@ def test_desired_size(desired, nodes, hosts, launch):
     out = rp.plan(nodes, hosts, LOG, desired)
     assert out["launch"] == launch
     assert any("desired size" in line for line in out["summary"]) == bool(desired)
+    idle = not (out["lost"] or out["drained"] or out["join"] or out["remove"] or launch)
+    assert ("nothing to do" in out["summary"]) == idle
 
 
 def test_module_rejects_a_negative_size(capsys):
