@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import config, podman
+from . import config, image, podman
 
 UP_TIMEOUT_S = 60
 DOWN_TIMEOUT_S = 90
@@ -54,8 +54,6 @@ def _log_tail(n=30):
 
 # -- build-image / wheelhouse ------------------------------------------------
 def cmd_build_image(args):
-    from . import image
-
     return image.build(force=args.force)
 
 
@@ -122,6 +120,11 @@ def cmd_up(args):
         return _err(str(e))
     if not podman.image_exists():
         return _err("node image %s missing: run `python -m localcloud build-image` (or `make setup`)" % config.IMAGE)
+    if image.image_recipe() != image.recipe_digest():
+        return _err(
+            "node image %s was built from an older recipe (localcloud/image.py changed): "
+            "run `python -m localcloud build-image` (or `make setup`)" % config.IMAGE
+        )
     pid = _daemon_pid()
     if pid:
         h = _health()

@@ -1,10 +1,13 @@
 """Build the node image `localhost/dynatrain-node:bookworm` without a registry.
 
 debootstrap a minimal bookworm, configure it like a Debian cloud image
-(user `admin`, passwordless sudo, hardened sshd, no host keys), then
-`tar | podman import`. Cached: nothing happens when the image exists.
+(user `admin`, passwordless sudo, hardened sshd, no host keys, systemd as
+PID 1, empty apt lists), then `tar | podman import`. Cached: nothing happens
+when the image exists and was built from the same recipe (label RECIPE_LABEL);
+a changed recipe rebuilds it.
 """
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -29,8 +32,11 @@ PACKAGES = [
     "ca-certificates",
     "rsync",
     "util-linux",
-    # tini: PID 1 that reaps the daemons roles start with `service`.
-    "tini",
+    # Nodes boot like EC2 instances: systemd is PID 1 and runs sshd, the launcher,
+    # the spot watcher (Restart=on-failure) - one unit file locally and on AWS.
+    "systemd",
+    "systemd-sysv",
+    "dbus",
     # libgomp1, libquadmath0: runtimes the MXNet/scikit-learn wheels expect on the system.
     "libgomp1",
     "libquadmath0",
@@ -48,7 +54,7 @@ PACKAGES = [
 
 SSHD_CONFIG = """\
 # localcloud: hardened like our AWS nodes (README.md, "Security").
-# The instance's private IP is passed as -o ListenAddress by localcloud-init.
+# localcloud-init writes the instance's private IP as ListenAddress (sshd_config.d).
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin no
@@ -73,6 +79,41 @@ Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 """
+
+
+MASKED_UNITS = [
+    "getty@tty1.service",
+    "console-getty.service",
+    "systemd-udevd.service",
+    "systemd-udev-trigger.service",
+    "systemd-modules-load.service",
+    "systemd-remount-fs.service",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "fstrim.timer",
+]
+
+# Bumps whenever what the image holds changes: `build` rebuilds an image whose
+# label differs, so a checkout never runs nodes from an older recipe.
+RECIPE_LABEL = "dynatrain.localcloud.recipe"
+NODE_FILES = ("localcloud-init", "localcloud-init.service")
+
+
+def recipe_digest():
+    """This file (packages, configuration) and the files it copies into the image."""
+    h = hashlib.sha256()
+    for path in [__file__] + [os.path.join(config.PACKAGE_DIR, "node", n) for n in NODE_FILES]:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def image_recipe(image=config.IMAGE):
+    r = podman.run(["image", "inspect", "--format", "{{index .Labels \"%s\"}}" % RECIPE_LABEL, image], check=False)
+    return r.stdout.strip() if r.returncode == 0 else None
 
 
 def _say(msg):
@@ -121,6 +162,13 @@ def configure_rootfs(root):
     init_src = os.path.join(config.PACKAGE_DIR, "node", "localcloud-init")
     shutil.copyfile(init_src, os.path.join(root, "usr/local/sbin/localcloud-init"))
     os.chmod(os.path.join(root, "usr/local/sbin/localcloud-init"), 0o755)
+    # What cloud-init does at first boot, as a oneshot unit ordered before sshd.
+    unit_src = os.path.join(config.PACKAGE_DIR, "node", "localcloud-init.service")
+    shutil.copyfile(unit_src, os.path.join(root, "etc/systemd/system/localcloud-init.service"))
+    _chroot(root, "systemctl", "enable", "localcloud-init.service", "ssh.service")
+    # Units that have nothing to do in a container sharing the host's network and
+    # devices (and would mark the node "degraded").
+    _chroot(root, "systemctl", "mask", *MASKED_UNITS)
     # Image size: package caches and lists are not needed at run time.
     for d in ("var/cache/apt/archives", "var/lib/apt/lists"):
         full = os.path.join(root, d)
@@ -134,9 +182,13 @@ def configure_rootfs(root):
 def build(force=False):
     for tool in ("podman", "runc", "debootstrap"):
         podman.require(tool)
-    if podman.image_exists() and not force:
+    digest = recipe_digest()
+    have = image_recipe() if podman.image_exists() else None
+    if have == digest and not force:
         _say("%s already exists (use --force to rebuild)" % config.IMAGE)
         return 0
+    if have is not None and have != digest:
+        _say("%s was built from another recipe (%s, now %s): rebuilding" % (config.IMAGE, have or "none", digest))
     if os.geteuid() != 0:
         raise podman.PodmanError("build-image needs root (debootstrap, chroot)")
     start = time.monotonic()
@@ -167,11 +219,13 @@ def build(force=False):
                 "podman",
                 "import",
                 "--change",
-                'ENTRYPOINT ["/usr/bin/tini", "--"]',
+                'CMD ["/sbin/init"]',
                 "--change",
-                'CMD ["/usr/local/sbin/localcloud-init"]',
+                "STOPSIGNAL SIGRTMIN+3",
                 "--change",
-                "ENV LANG=C.UTF-8",
+                "ENV LANG=C.UTF-8 container=podman",
+                "--change",
+                "LABEL %s=%s" % (RECIPE_LABEL, digest),
                 "--message",
                 "dynatrain localcloud node (debootstrap %s)" % SUITE,
                 "-",

@@ -253,6 +253,12 @@ class Reconciler:
             os.makedirs(idir, exist_ok=True)
             with open(os.path.join(idir, "authorized_keys"), "w") as f:
                 f.write((inst.public_key or "").strip() + "\n")
+            # Read by localcloud-init.service (systemd gives services a clean environment).
+            with open(os.path.join(idir, "instance.env"), "w") as f:
+                f.write(
+                    "LOCALCLOUD_PRIVATE_IP=%s\nLOCALCLOUD_INSTANCE_ID=%s\nLOCALCLOUD_HOSTNAME=%s\n"
+                    % (inst.private_ip, inst.id, short_hostname(inst.private_ip))
+                )
             os.makedirs(config.efs_dir(), exist_ok=True)
             args = [
                 "run",
@@ -268,14 +274,10 @@ class Reconciler:
                 "--network",
                 "host",
                 "--privileged",
+                # systemd is PID 1, as on an EC2 instance (the image's CMD is /sbin/init).
+                "--systemd=always",
                 "--hostname",
                 short_hostname(inst.private_ip),
-                "-e",
-                "LOCALCLOUD_PRIVATE_IP=%s" % inst.private_ip,
-                "-e",
-                "LOCALCLOUD_INSTANCE_ID=%s" % inst.id,
-                "-e",
-                "LOCALCLOUD_HOSTNAME=%s" % short_hostname(inst.private_ip),
                 "-v",
                 "%s:%s:ro" % (idir, config.INSTANCE_MOUNT),
                 # All file systems, hidden: lets us bind-mount one whose mount

@@ -80,13 +80,22 @@ def _cluster_exists(env, name):
     return bool(running or ec2.describe_vpcs(Filters=filters)["Vpcs"])
 
 
-def playbook(env, name, extra, timeout=1200):
-    """Run playbooks/<name>.yml; returns (rc, output)."""
+def _playbook_cmd(name, extra):
     if "dt_cluster_name" in extra:
         CLUSTERS[extra["dt_cluster_name"]] = {k: v for k, v in extra.items()
                                               if k in ("dt_cluster_name", "dt_vpc_cidr", "dt_subnet_cidr")}
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-           os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(extra)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    return [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+            os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(extra)]
+
+
+def playbook(env, name, extra, timeout=1200):
+    """Run playbooks/<name>.yml; returns (rc, output)."""
+    proc = subprocess.run(_playbook_cmd(name, extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     return proc.returncode, proc.stdout
+
+
+def start_playbook(env, name, extra):
+    """Start playbooks/<name>.yml in the background; the caller collects it (communicate)."""
+    return subprocess.Popen(_playbook_cmd(name, extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)

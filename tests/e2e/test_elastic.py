@@ -3,7 +3,8 @@ remove the newest, remove a base worker, kill a worker's container outright,
 then add a worker again (issue 9: the lost node must not hold it up), drain a
 worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
 instance launched from the worker template by hand, launch up to
-dt_desired_workers), delete an elastic tag and reconcile again; the job finishes,
+dt_desired_workers), delete an elastic tag and reconcile again, run add_workers and
+remove_workers at the same time, kill -9 the launcher (systemd restarts it); the job finishes,
 host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, demo, playbook
+from conftest import ROOT, demo, playbook, start_playbook
 
 from dynatrain_runtime.checkpoint import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -181,16 +182,54 @@ def test_elastic_membership_end_to_end(cloud):
         assert _log(job)[-1][1:] == ("REMOVED", console_ip)
         assert job.hosts() == [replacement[0], master]
 
+        # an add_workers and a remove_workers at the same time: both succeed, neither loses the other's edit
+        before = set(_nodes(env))
+        add = start_playbook(env, "add_workers", dict(NET, count=1))
+        try:
+            _run_ok(env, "remove_workers", {"hosts": replacement[0]})
+        finally:
+            add_out = add.communicate(timeout=1200)[0]
+        assert add.returncode == 0, "add_workers (concurrent) failed:\n" + add_out[-5000:]
+        concurrent = [ip for ip in _nodes(env) if ip not in before]
+        assert len(concurrent) == 1, concurrent
+        assert _nodes(env)[concurrent[0]]["tags"]["elastic_worker_status"] == "ADDED"
+        assert _nodes(env)[replacement[0]]["tags"]["elastic_worker_status"] == "REMOVED"
+        assert job.hosts() == [concurrent[0], master]
+        assert sorted(e[1:] for e in _log(job)[-2:]) == [("ADDED", concurrent[0]), ("REMOVED", replacement[0])]
+
+        # kill -9 of the launcher: systemd starts it again (Restart=on-failure) and the job resumes
+        # from the last checkpoint with the same membership; the log's SEQ carries on
+        old_pid = job.status()["pid"]
+        seq_before = _log(job)[-1][0]
+        killed = time.monotonic()
+        subprocess.run(["podman", "exec", _nodes(env)[master]["id"], "kill", "-KILL", str(old_pid)],
+                       env=env, check=True, timeout=60)
+
+        def _resumed():
+            st = job.status()
+            return job.final() or (st.get("pid") != old_pid and st.get("state") == "running" and st)
+
+        job.wait_for("the restarted launcher to train again", _resumed, 240)
+        restart_s = time.monotonic() - killed
+        restarted = [e for e in job.events() if e.get("event") == "launcher_start"][-1]
+        gens = [e for e in job.events() if e.get("event") == "generation_start" and e["time"] >= restarted["time"]]
+        print("kill -9 launcher -> training again: %.1f s (resumed from step %s)"
+              % (restart_s, gens[0]["resume_step"] if gens else "-"), flush=True)
+        assert restarted["pid"] != old_pid
+        if gens:
+            assert gens[0]["resume_path"] and gens[0]["membership"] == [concurrent[0], master], gens[0]
+        assert _log(job)[-1][0] == seq_before                                   # no entry lost or doubled
+
         final = job.wait_for("the job to finish", job.final, 1500)
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted(entry[1:] for entry in log) == sorted(
             [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
             + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0]),
-               ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip)])
-        assert [entry[1] for entry in log][-8:] == [
-            "REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED", "ADDED", "REMOVED"]
-        assert job.hosts() == [replacement[0], master]
+               ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip),
+               ("ADDED", concurrent[0]), ("REMOVED", replacement[0])])
+        assert [entry[1] for entry in log][-8:-2] == ["REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED"]
+        assert job.hosts() == [concurrent[0], master]
 
         # every sample exactly once per epoch across all the resizes
         latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()
