@@ -30,7 +30,12 @@ def cloud():
     server.start()
     url = f"http://127.0.0.1:{port}"
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url, **{k.lower(): v for k, v in CREDS.items()})
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]
+    # an image of our own (moto's stock AMIs carry the same ids in every region)
+    stock = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=stock, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    image_id = ec2.create_image(InstanceId=instance, Name="debian-12-amd64-pftest")["ImageId"]
+    ec2.terminate_instances(InstanceIds=[instance])
+    image = ec2.describe_images(ImageIds=[image_id])["Images"][0]
     yield {"url": url, "ec2": ec2, "image": image}
     server.stop()
 
