@@ -76,7 +76,10 @@ options:
       - Regions to query; several regions are queried concurrently.
       - When empty, only O(region) is queried (C(AWS_REGION), else C(AWS_DEFAULT_REGION) or the
         profile's region); it is an error when there is none. Unlike P(amazon.aws.aws_ec2#inventory),
-        an empty list never means every region.
+        an empty list never means every region; empty entries (a template that gave V('')) are dropped.
+      - "Entries may be templates. With O(use_extra_vars=true) every templated option also sees the
+        command line's extra vars, so C(regions: ['{{ dt_region | default(\"\") }}']) follows
+        C(-e dt_region=us-west-2), and falls back to O(region) when it is not given."
     type: list
     elements: str
     default: []
@@ -201,6 +204,13 @@ gpu_counts:
 plugin: dynatrain.elastic.ec2_elastic
 access_key: "{{ lookup('ansible.builtin.env', 'DT_AWS_KEY') }}"
 secret_key: "{{ lookup('ansible.builtin.env', 'DT_AWS_SECRET') }}"
+
+---
+# The region of -e dt_region=..., else AWS_REGION / AWS_DEFAULT_REGION / the profile's region
+plugin: dynatrain.elastic.ec2_elastic
+use_extra_vars: true
+regions:
+  - "{{ dt_region | default('') }}"
 
 ---
 # In a playbook: pick up instances launched by an earlier play
@@ -648,6 +658,29 @@ class InventoryModule(AWSInventoryBase):
     def __init__(self):
         super().__init__()
         self._warnings = []
+
+    # -- templated options: with use_extra_vars, they see the -e variables -----
+
+    def _options_templar(self):
+        """The templar for templated options: with O(use_extra_vars), one that also sees the
+        command line's extra vars (e.g. C(regions: ['{{ dt_region }}']) follows C(-e dt_region=...))."""
+        extra = getattr(self, "_vars", None)
+        if extra and self._use_extra_vars():
+            return self.templar.copy_with_new_env(available_variables=extra)
+        return self.templar
+
+    def _use_extra_vars(self):
+        try:
+            return bool(super(AWSInventoryBase, self).get_option("use_extra_vars"))
+        except KeyError:
+            return False
+
+    def get_options(self, *args):
+        return self.TemplatedOptions(self._options_templar(), super(AWSInventoryBase, self).get_options(*args))
+
+    def get_option(self, option, hostvars=None):
+        raw = super(AWSInventoryBase, self).get_option(option, hostvars)
+        return self.TemplatedOptions(self._options_templar(), {option: raw}).get(option)
 
     # -- config ------------------------------------------------------------
 

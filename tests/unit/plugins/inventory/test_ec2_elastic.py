@@ -855,3 +855,93 @@ def test_validate_certs(tmp_path, monkeypatch):
         assert plugin.client("ec2", region="us-east-1")._endpoint.http_session._verify == str(bundle)
         plugin = parsed_plugin(write_config(tmp_path, {"regions": ["us-east-1"], "validate_certs": False}))
         assert plugin.client("ec2", region="us-east-1")._endpoint.http_session._verify is False
+
+
+# ---------------------------------------------------------------------------
+# the region of inventories/aws: -e dt_region, else AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
+# ---------------------------------------------------------------------------
+
+AWS_INVENTORY = __import__("pathlib").Path(__file__).resolve().parents[4] / "inventories" / "aws" / "aws.ec2_elastic.yml"
+
+
+@pytest.fixture
+def extra_vars(monkeypatch):
+    """Set the command line's -e options the way ansible-playbook does (context.CLIARGS)."""
+    from ansible import context
+    from ansible.module_utils.common.collections import ImmutableDict
+    from ansible.utils import vars as ansible_vars
+
+    def set_extra_vars(*options):
+        monkeypatch.setattr(context, "CLIARGS", ImmutableDict(extra_vars=tuple(options)))
+        monkeypatch.setattr(ansible_vars.load_extra_vars, "extra_vars", None, raising=False)  # its memo
+
+    set_extra_vars()
+    return set_extra_vars
+
+
+@pytest.fixture
+def aws_inventory(tmp_path):
+    """The shipped inventories/aws config (without its endpoint: moto in-process)."""
+    path = tmp_path / "aws.ec2_elastic.yml"
+    path.write_text(AWS_INVENTORY.read_text())
+    return str(path)
+
+
+@pytest.fixture
+def clusters_in_three_regions():
+    with mock_aws():
+        for region in ("us-east-1", "us-west-2", "eu-west-1"):
+            launch(ec2_client(region), cluster="c-" + region, role="master")
+        yield
+
+
+def regions_seen(inventory):
+    return sorted({hv(inventory, h)["dt_region"] for h in inventory.hosts})
+
+
+@pytest.mark.parametrize(
+    "options, env, expected",
+    [
+        (("dt_region=us-west-2",), {}, "us-west-2"),  # -e dt_region, nothing in the environment
+        (("dt_region=us-west-2",), {"AWS_REGION": "eu-west-1"}, "us-west-2"),  # -e beats the environment
+        (('{"dt_region": "eu-west-1"}',), {}, "eu-west-1"),  # -e as JSON
+        ((), {"AWS_REGION": "eu-west-1"}, "eu-west-1"),
+        ((), {"AWS_DEFAULT_REGION": "us-west-2"}, "us-west-2"),
+        ((), {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-west-2"}, "eu-west-1"),
+        (("worker_count=2",), {}, "us-east-1"),  # nothing said: us-east-1, as dt_region's default
+    ],
+)
+def test_aws_inventory_follows_dt_region_and_aws_region(
+    aws_inventory, clusters_in_three_regions, extra_vars, monkeypatch, api_calls, options, env, expected
+):
+    extra_vars(*options)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    inv = parse(aws_inventory)
+    assert regions_seen(inv) == [expected]
+    assert {c[2] for c in ops(api_calls, "DescribeInstances")} == {expected}  # that region only
+
+
+def test_aws_inventory_group_vars_choose_the_same_region():
+    """dt_region's default in group_vars uses the very chain the inventory's regions use."""
+    group_vars = yaml.safe_load((AWS_INVENTORY.parent / "group_vars" / "all" / "dynatrain.yml").read_text())
+    config = yaml.safe_load(AWS_INVENTORY.read_text())
+    assert config["use_extra_vars"] is True
+    # (the inventory says lookup('env', ...): its templar has no collection loader for the FQCN in unit tests)
+    chain = config["regions"][0].split("|", 1)[1].strip().replace("lookup('env'", "lookup('ansible.builtin.env'")
+    assert chain.startswith("default(lookup('ansible.builtin.env', 'AWS_REGION'), true)")
+    normalized = " ".join(group_vars["dt_region"].split())
+    assert normalized.startswith("{{ lookup('ansible.builtin.env', 'AWS_REGION') | default(lookup('ansible.builtin.env', 'AWS_DEFAULT_REGION'), true)")
+    assert normalized.endswith("| default('us-east-1', true) }}")
+    assert " ".join(chain.split()).endswith("| default('us-east-1', true) }}")
+
+
+def test_extra_vars_reach_templated_options_only_with_use_extra_vars(tmp_path, extra_vars):
+    extra_vars("dt_region=eu-west-1")
+    with mock_aws():
+        launch(ec2_client("eu-west-1"), cluster="c", role="master")
+        launch(ec2_client("us-east-1"), cluster="c", role="master")
+        on = run(tmp_path, use_extra_vars=True, regions=["{{ dt_region | default('us-east-1') }}"])
+        off = run(tmp_path, regions=["{{ dt_region | default('us-east-1') }}"])
+    assert regions_seen(on) == ["eu-west-1"]
+    assert regions_seen(off) == ["us-east-1"]

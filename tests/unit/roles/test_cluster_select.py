@@ -1,0 +1,44 @@
+"""cluster select after a refresh: a cluster the inventory does not see (another region) is a
+clear failure naming the region and what to pass, not a run that configures nothing."""
+import os
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def run_select(tmp_path, refresh):
+    play = [{
+        "name": "Select",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "tasks": [{
+            "name": "Select the cluster's nodes",
+            "ansible.builtin.include_role": {"name": "dynatrain.elastic.cluster", "tasks_from": "select"},
+            "vars": {"cluster_name": "ghost", "cluster_region": "us-west-2", "cluster_select_refresh": refresh},
+        }],
+    }]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_cluster_not_in_the_inventory_after_a_refresh_fails_clearly(tmp_path):
+    rc, out = run_select(tmp_path, True)
+    assert rc != 0, out[-2000:]
+    assert "Cluster ghost was created in region us-west-2" in out, out[-2000:]
+    assert "the inventory" in out and "sees no host of it" in out
+    assert "-e dt_region" in out and "AWS_REGION=us-west-2" in out
+
+
+def test_without_a_refresh_an_empty_selection_is_the_callers_business(tmp_path):
+    rc, out = run_select(tmp_path, False)
+    assert rc == 0, out[-2000:]
