@@ -2,6 +2,7 @@
 ansible-playbook against a moto server patched by localcloud.moto_compat (no node
 answers SSH here, so each launch ends in the role's clean-up: the instances it
 launched are terminated; what matters is which market each was launched in)."""
+import json
 import os
 import socket
 import subprocess
@@ -131,3 +132,20 @@ def test_short_spot_capacity_without_fallback_fails(cloud, tmp_path, short_of_sp
 ])
 def test_launch_error(result, expected):
     assert launch_error(result) == expected
+
+
+@pytest.mark.parametrize("playbook,extra", [
+    ("add_workers", {"count": 1, "dt_worker_market": "reserved"}),
+    ("add_workers", {"count": 1, "dt_worker_market": "spot", "dt_spot_fallback": "wait"}),
+    ("reconcile", {"dt_worker_market": "Spot"}),
+])
+def test_playbooks_refuse_a_bad_market_before_any_cloud_call(tmp_path, playbook, extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-e", "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(dict(extra, max_workers=32)),
+                           "playbooks/%s.yml" % playbook], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-2000:]
+    assert "dt_worker_market is spot or on-demand" in out and "Nothing was changed." in out, out[-2000:]
+    assert "ok=1 changed=0" in out, out[-2000:]  # only the check before it ran
