@@ -1,4 +1,4 @@
-"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt."""
+"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt, spot-capacity."""
 
 import argparse
 import json
@@ -249,6 +249,8 @@ def cmd_status(args):
     )
     print("state      %s (log %s)" % (snap.get("home"), config.logfile()))
     print("ami        %s = %s" % (config.AMI_NAME, snap.get("ami")))
+    cap = snap.get("spot_capacity")
+    print("spot       capacity %s" % ("unlimited" if cap is None else cap))
     rows = snap.get("instances", [])
     print("instances  %d" % len(rows))
     for i in rows:
@@ -302,6 +304,30 @@ def cmd_interrupt(args):
     return 0
 
 
+def cmd_spot_capacity(args):
+    from .moto_compat import parse_spot_capacity
+
+    if not _daemon_pid():
+        return _err("not running: `python -m localcloud up` first")
+    if args.capacity is None:
+        code, body = _control("/spot-capacity")
+    else:
+        try:
+            cap = parse_spot_capacity(args.capacity)
+        except ValueError as e:
+            return _err(str(e))
+        code, body = _control("/spot-capacity", {"capacity": cap})
+    if code != 200:
+        return _err(body.get("error", "spot-capacity failed (%d)" % code))
+    cap = body.get("capacity")
+    print(
+        "localcloud: spot capacity %s"
+        % ("unlimited" if cap is None else "%d instance(s): a spot launch beyond it fails with "
+           "InsufficientInstanceCapacity, like EC2's" % cap)
+    )
+    return 0
+
+
 def cmd_daemon(args):
     from . import daemon
 
@@ -326,6 +352,9 @@ def main(argv=None):
     i.add_argument("instance_id")
     i.add_argument("--after", type=float, default=120.0, help="seconds until termination (default 120, like EC2)")
     i.set_defaults(func=cmd_interrupt)
+    c = sub.add_parser("spot-capacity", help="show or cap the spot instances EC2 can give (tests of spot shortage)")
+    c.add_argument("capacity", nargs="?", help="N (pending/running spot instances at most) or 'unlimited'")
+    c.set_defaults(func=cmd_spot_capacity)
     sub.add_parser("daemon", help=argparse.SUPPRESS).set_defaults(func=cmd_daemon)
     args = p.parse_args(argv)
     try:

@@ -2,8 +2,8 @@
 
 It hosts moto's server (the control plane: all API state lives in this
 process's memory), the reconciler loop (the data plane) with the IMDS
-emulators, and a small control endpoint on 127.0.0.1 for `status` and
-`interrupt`. When it stops, the cloud is gone: containers are removed and
+emulators, and a small control endpoint on 127.0.0.1 for `status`,
+`interrupt` and `spot-capacity`. When it stops, the cloud is gone: containers are removed and
 moto's state is lost, like closing an AWS account.
 """
 
@@ -91,14 +91,19 @@ class _Control(BaseHTTPRequestHandler):
             return self._reply(
                 200, {"pid": os.getpid(), "ready": d["ready"], "home": config.home(), "ami": d.get("ami")}
             )
+        if self.path == "/spot-capacity":
+            return self._reply(200, {"capacity": moto_compat.spot_capacity()})
         if self.path == "/status":
             snap = d["reconciler"].snapshot() if d.get("reconciler") else {}
-            snap.update(pid=os.getpid(), endpoint=config.endpoint(), ami=d.get("ami"), home=config.home())
+            snap.update(pid=os.getpid(), endpoint=config.endpoint(), ami=d.get("ami"), home=config.home(),
+                        spot_capacity=moto_compat.spot_capacity())
             return self._reply(200, snap)
         self._reply(404, {"error": "not found"})
 
     def do_POST(self):
         d = self.server.daemon_state
+        if self.path == "/spot-capacity":
+            return self._spot_capacity()
         if self.path != "/interrupt":
             return self._reply(404, {"error": "not found"})
         try:
@@ -110,6 +115,16 @@ class _Control(BaseHTTPRequestHandler):
         if intr is None:
             return self._reply(404, {"error": "%s is not a pending/running instance" % iid})
         self._reply(200, {"instance_id": iid, **intr.instance_action(), **intr.rebalance()})
+
+    def _spot_capacity(self):
+        """POST {"capacity": N|null|"unlimited"}: cap the pending/running spot instances."""
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            cap = moto_compat.set_spot_capacity(body.get("capacity"))
+        except (ValueError, AttributeError) as e:
+            return self._reply(400, {"error": "bad request: %s" % e})
+        log.info("spot capacity: %s", "unlimited" if cap is None else cap)
+        self._reply(200, {"capacity": cap})
 
     def log_message(self, fmt, *args):
         log.debug("control: " + fmt, *args)

@@ -9,12 +9,52 @@ moto ignores a launch template's network interface (subnet, security groups)
 and metadata options; EC2 applies them. Without that, instances launched from
 our templates would get random 10.x addresses instead of loopback ones.
 
+EC2 also applies a launch template's InstanceMarketOptions (a spot template
+launches spot instances); moto honours only the request's. And EC2's spot
+capacity runs out: `set_spot_capacity(n)` (the daemon's control endpoint,
+`python -m localcloud spot-capacity N|unlimited`, or DT_LOCALCLOUD_SPOT_CAPACITY
+at start) caps the pending/running spot instances; a spot RunInstances beyond
+it fails like EC2's (InsufficientInstanceCapacity, HTTP 500).
+
 `apply()` must run before the moto server handles its first request.
 """
 
 import json
+import os
+import threading
 
 _APPLIED = False
+
+SPOT_CAPACITY_ENV = "DT_LOCALCLOUD_SPOT_CAPACITY"
+SPOT_CAPACITY_ERROR = "InsufficientInstanceCapacity"
+SPOT_CAPACITY_MESSAGE = "There is no Spot capacity available that matches your request."
+_spot = {"capacity": None}
+_spot_lock = threading.RLock()
+
+
+def parse_spot_capacity(value):
+    """'unlimited'/''/None -> None; a whole number >= 0 -> int; anything else: ValueError."""
+    if value is None or str(value).strip().lower() in ("", "unlimited", "none"):
+        return None
+    text = str(value).strip()
+    if not text.isdigit():
+        raise ValueError("spot capacity must be a whole number >= 0 or 'unlimited', not %r" % value)
+    return int(text)
+
+
+def set_spot_capacity(value):
+    """Cap the spot instances that may be pending/running (None: unlimited); returns the cap."""
+    _spot["capacity"] = parse_spot_capacity(value)
+    return _spot["capacity"]
+
+
+def spot_capacity():
+    return _spot["capacity"]
+
+
+def spot_capacity_from_env(environ=None):
+    """The cap DT_LOCALCLOUD_SPOT_CAPACITY asks for at start (unset: unlimited)."""
+    return parse_spot_capacity((os.environ if environ is None else environ).get(SPOT_CAPACITY_ENV))
 
 
 def _describe_tags(self):
@@ -62,6 +102,61 @@ def _patch_launch_template_network():
     InstanceBackend.run_instances = run_instances
 
 
+class InsufficientSpotCapacity(Exception):
+    """Raised by the patched backend; answered as EC2 does (see _patch_spot_market)."""
+
+
+def _running_spot_instances(backend):
+    return sum(
+        1
+        for reservation in backend.reservations.values()
+        for instance in reservation.instances
+        if instance.lifecycle == "spot" and instance.state in ("pending", "running")
+    )
+
+
+def _patch_spot_market():
+    from moto.ec2.models.instances import InstanceBackend
+
+    original = InstanceBackend.run_instances
+
+    def run_instances(self, image_id, count, user_data, security_group_names, **kwargs):
+        template_arg = kwargs.get("launch_template")
+        if template_arg and not kwargs.get("instance_market_options"):
+            market = (self._get_template_from_args(template_arg).data.get("InstanceMarketOptions") or {})
+            if market.get("MarketType"):
+                # EC2 launches what the template's market options say (moto: request only).
+                kwargs["instance_market_options"] = market["MarketType"]
+        if kwargs.get("instance_market_options") == "spot":
+            with _spot_lock:
+                cap = _spot["capacity"]
+                if cap is not None and _running_spot_instances(self) + int(count) > cap:
+                    raise InsufficientSpotCapacity()
+                return original(self, image_id, count, user_data, security_group_names, **kwargs)
+        return original(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    InstanceBackend.run_instances = run_instances
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original_response = InstanceResponse.run_instances
+
+    def run_instances_response(self):
+        try:
+            return original_response(self)
+        except InsufficientSpotCapacity:
+            # EC2 answers a capacity shortage with a server error (HTTP 500), which
+            # botocore and amazon.aws retry before giving up, as against AWS.
+            error = EC2ClientError(SPOT_CAPACITY_ERROR, SPOT_CAPACITY_MESSAGE)
+            _status, headers, body = self.serialized(ActionResult(error))
+            headers["status"] = 500
+            return body, headers
+
+    InstanceResponse.run_instances = run_instances_response
+
+
 def _delete_launch_template_versions(self):
     # moto has no DeleteLaunchTemplateVersions; amazon.aws.ec2_launch_template
     # calls it before DeleteLaunchTemplate. Versions are positional in moto, so
@@ -100,7 +195,7 @@ def _patch_launch_template_tags():
 
 
 def apply():
-    """Register the legacy EFS tag operations with moto (idempotent)."""
+    """Fill the gaps above in moto (idempotent)."""
     global _APPLIED
     if _APPLIED:
         return
@@ -118,6 +213,8 @@ def apply():
         urls.url_paths[path] = urls.response.dispatch
     _patch_launch_template_network()
     _patch_launch_template_tags()
+    _patch_spot_market()
+    set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 
     LaunchTemplates.delete_launch_template_versions = _delete_launch_template_versions

@@ -16,6 +16,8 @@ CASES = [
     ("cluster", "main", {"cluster_worker_count": "-1", "cluster_admin_cidr": "10.0.0.0/8"}, "worker_count=-1"),
     ("cluster", "main", {"cluster_admin_cidr": "0.0.0.0/0"}, "dt_admin_cidr"),
     ("cluster", "launch", {}, "cluster_launch_count"),
+    ("cluster", "launch", {"cluster_launch_count": 1, "cluster_worker_market": "reserved"}, "cluster_worker_market"),
+    ("cluster", "launch", {"cluster_launch_count": 1, "cluster_spot_fallback": "wait"}, "cluster_spot_fallback"),
     ("cuda", "main", {"cuda_reboot_timeout": "soon"}, "cuda_reboot_timeout"),
     ("efs", "main", {"efs_mount_type": "smb"}, "efs_mount_type"),
     ("launcher", "main", {"launcher_state": "paused"}, "launcher_state"),

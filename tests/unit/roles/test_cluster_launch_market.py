@@ -1,0 +1,151 @@
+"""roles/cluster launch.yml: the worker market and the on-demand fallback, run with
+ansible-playbook against a moto server patched by localcloud.moto_compat (no node
+answers SSH here, so each launch ends in the role's clean-up: the instances it
+launched are terminated; what matters is which market each was launched in)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import boto3
+import pytest
+import yaml
+from botocore.config import Config
+
+from ansible_collections.dynatrain.elastic.plugins.filter.launch_error import launch_error
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from localcloud import moto_compat  # noqa: E402
+
+moto_server = pytest.importorskip("moto.server")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    moto_compat.apply()
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = "http://127.0.0.1:%d" % port
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="localcloud",
+                       aws_secret_access_key="localcloud", config=Config(retries={"total_max_attempts": 1}))
+    data = {"ImageId": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"], "InstanceType": "t3.micro"}
+    ec2.create_launch_template(LaunchTemplateName="mkt-worker", LaunchTemplateData=data)
+    ec2.create_launch_template(LaunchTemplateName="mkt-worker-spot", LaunchTemplateData=dict(data, InstanceMarketOptions={
+        "MarketType": "spot", "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}))
+    yield endpoint, ec2
+    moto_compat.set_spot_capacity(None)
+    server.stop()
+
+
+def _launch(tmp_path, endpoint, count, **variables):
+    play = [{
+        "name": "Launch",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "tasks": [{
+            "name": "Launch workers",
+            "ansible.builtin.include_role": {"name": "dynatrain.elastic.cluster", "tasks_from": "launch"},
+            "vars": dict({
+                "cluster_name": "mkt", "cluster_endpoint_url": endpoint, "cluster_access_key": "localcloud",
+                "cluster_secret_key": "localcloud", "cluster_state_dir": str(tmp_path), "cluster_launch_count": count,
+                "cluster_create_internet_gateway": False, "cluster_ssh_wait_timeout": 1,
+                "cluster_launch_tags": {"test": tmp_path.name},
+            }, **variables),
+        }],
+    }]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_MAX_ATTEMPTS="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    return " ".join((proc.stdout + proc.stderr).split())  # messages are folded across lines
+
+
+def _launched(ec2, tmp_path):
+    found = ec2.describe_instances(Filters=[{"Name": "tag:test", "Values": [tmp_path.name]}])
+    return sorted((i.get("InstanceLifecycle", "on-demand"), {t["Key"]: t["Value"] for t in i["Tags"]}["dynatrain:market"])
+                  for r in found["Reservations"] for i in r["Instances"])
+
+
+@pytest.fixture
+def short_of_spot(monkeypatch):
+    # amazon.aws.ec2_instance retries InsufficientInstanceCapacity for minutes (as against
+    # AWS); the other capacity error the fallback knows is answered at once.
+    monkeypatch.setattr(moto_compat, "SPOT_CAPACITY_ERROR", "MaxSpotInstanceCountExceeded")
+    moto_compat.set_spot_capacity(0)
+    yield
+    moto_compat.set_spot_capacity(None)
+
+
+def test_spot_market_launches_spot(cloud, tmp_path):
+    endpoint, ec2 = cloud
+    out = _launch(tmp_path, endpoint, 2, cluster_worker_market="spot")
+    assert "on-demand instead" not in out
+    assert _launched(ec2, tmp_path) == [("spot", "spot"), ("spot", "spot")], out[-3000:]
+
+
+def test_default_market_is_on_demand(cloud, tmp_path):
+    endpoint, ec2 = cloud
+    out = _launch(tmp_path, endpoint, 1)
+    assert _launched(ec2, tmp_path) == [("on-demand", "on-demand")], out[-3000:]
+
+
+def test_short_spot_capacity_falls_back_to_on_demand(cloud, tmp_path, short_of_spot):
+    endpoint, ec2 = cloud
+    out = _launch(tmp_path, endpoint, 2, cluster_worker_market="spot")
+    assert "Spot capacity is short (MaxSpotInstanceCountExceeded: There is no Spot capacity" in out, out[-3000:]
+    assert "launching 2 on-demand instead" in out
+    assert _launched(ec2, tmp_path) == [("on-demand", "on-demand"), ("on-demand", "on-demand")], out[-3000:]
+    # One spot request only: the others went straight to on-demand.
+    assert out.count("Request the other instances (spot)") == 1
+    assert "skipping: [localhost] => (item=1)" in out, out[-3000:]
+
+
+def test_short_spot_capacity_without_fallback_fails(cloud, tmp_path, short_of_spot):
+    endpoint, ec2 = cloud
+    out = _launch(tmp_path, endpoint, 1, cluster_worker_market="spot", cluster_spot_fallback="none")
+    assert "No spot worker could be launched: spot capacity is short (MaxSpotInstanceCountExceeded" in out, out[-3000:]
+    assert "dt_spot_fallback=none" in out
+    assert _launched(ec2, tmp_path) == []
+
+
+@pytest.mark.parametrize("result,expected", [
+    ({"failed": True, "msg": "Failed to run instances: ...", "error": {"code": "InsufficientInstanceCapacity",
+      "message": "There is no Spot capacity available that matches your request."}},
+     {"code": "InsufficientInstanceCapacity",
+      "text": "InsufficientInstanceCapacity: There is no Spot capacity available that matches your request."}),
+    ({"failed": True, "msg": "value of count must be an int"}, {"code": "", "text": "value of count must be an int"}),
+    ({"failed": True}, {"code": "", "text": "unknown error"}),
+    (None, {"code": "", "text": "unknown error"}),
+])
+def test_launch_error(result, expected):
+    assert launch_error(result) == expected
+
+
+@pytest.mark.parametrize("playbook,extra", [
+    ("add_workers", {"count": 1, "dt_worker_market": "reserved"}),
+    ("add_workers", {"count": 1, "dt_worker_market": "spot", "dt_spot_fallback": "wait"}),
+    ("reconcile", {"dt_worker_market": "Spot"}),
+])
+def test_playbooks_refuse_a_bad_market_before_any_cloud_call(tmp_path, playbook, extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-e", "ansible_python_interpreter=" + sys.executable, "-e", json.dumps(dict(extra, max_workers=32)),
+                           "playbooks/%s.yml" % playbook], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-2000:]
+    assert "dt_worker_market is spot or on-demand" in out and "Nothing was changed." in out, out[-2000:]
+    assert "ok=1 changed=0" in out, out[-2000:]  # only the check before it ran
