@@ -4,7 +4,7 @@ then add a worker again (issue 9: the lost node must not hold it up), drain a
 worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
 instance launched from the worker template by hand, launch up to
 dt_desired_workers), delete an elastic tag and reconcile again, run add_workers and
-remove_workers at the same time, kill -9 the launcher (systemd restarts it); the job finishes,
+remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd restarts it); the job finishes,
 host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
@@ -205,9 +205,10 @@ def test_elastic_membership_end_to_end(cloud):
         assert _log(job)[-1][1:] == ("REMOVED", console_ip)
         assert job.hosts() == [replacement[0], master]
 
-        # an add_workers and a remove_workers at the same time: both succeed, neither loses the other's edit
+        # an add_workers (a spot worker) and a remove_workers at the same time: both succeed, neither
+        # loses the other's edit
         before = set(_nodes(env))
-        add = start_playbook(env, "add_workers", dict(NET, count=1))
+        add = start_playbook(env, "add_workers", dict(NET, count=1, dt_worker_market="spot"))
         try:
             _run_ok(env, "remove_workers", {"hosts": replacement[0]})
         finally:
@@ -216,6 +217,9 @@ def test_elastic_membership_end_to_end(cloud):
         concurrent = [ip for ip in _nodes(env) if ip not in before]
         assert len(concurrent) == 1, concurrent
         assert _nodes(env)[concurrent[0]]["tags"]["elastic_worker_status"] == "ADDED"
+        assert _nodes(env)[concurrent[0]]["tags"]["dynatrain:market"] == "spot"
+        spot = ec2.describe_instances(InstanceIds=[_nodes(env)[concurrent[0]]["id"]])["Reservations"][0]["Instances"][0]
+        assert spot.get("InstanceLifecycle") == "spot", spot
         assert _nodes(env)[replacement[0]]["tags"]["elastic_worker_status"] == "REMOVED"
         assert job.hosts() == [concurrent[0], master]
         assert sorted(e[1:] for e in _log(job)[-2:]) == [("ADDED", concurrent[0]), ("REMOVED", replacement[0])]

@@ -19,7 +19,7 @@ IAM = ROOT / "files" / "iam"
 POLICY_FILE = IAM / "dynatrain-reconcile-policy.json"
 TRUST_FILE = IAM / "ec2-assume-role-trust.json"
 
-PLACEHOLDERS = ("CLUSTER_NAME", "REGION", "ACCOUNT_ID", "WORKER_LAUNCH_TEMPLATE_ID")
+PLACEHOLDERS = ("CLUSTER_NAME", "REGION", "ACCOUNT_ID", "WORKER_LAUNCH_TEMPLATE_ID", "WORKER_SPOT_LAUNCH_TEMPLATE_ID")
 CLUSTER_TAG = "dynatrain:cluster"
 MUTATING = re.compile(r"^[a-z0-9-]+:(Create|Delete|Terminate|Run|Modify|Attach|Detach|Put|Associate|"
                       r"Disassociate|Start|Stop|Reboot|Update|Replace|Authorize|Revoke)")
@@ -106,6 +106,7 @@ def test_run_instances_needs_the_worker_launch_template(statements):
         condition = json.dumps(statement.get("Condition", {}))
         resources = " ".join(_as_list(statement["Resource"]))
         assert "launch-template/WORKER_LAUNCH_TEMPLATE_ID" in condition + resources, statement["Sid"]
+        assert "launch-template/WORKER_SPOT_LAUNCH_TEMPLATE_ID" in condition + resources, statement["Sid"]
     instance = [s for s in runs if any(":instance/" in r for r in _as_list(s["Resource"]))]
     assert instance and all(
         s["Condition"]["StringEquals"][f"aws:RequestTag/{CLUSTER_TAG}"] == "CLUSTER_NAME" for s in instance)
@@ -124,6 +125,7 @@ def test_placeholders_appear_and_fill_into_arns():
     for placeholder in PLACEHOLDERS:
         assert placeholder in text, placeholder
     filled = (text.replace("CLUSTER_NAME", "prod").replace("WORKER_LAUNCH_TEMPLATE_ID", "lt-0123456789abcdef0")
+              .replace("WORKER_SPOT_LAUNCH_TEMPLATE_ID", "lt-0123456789abcdef1")
               .replace("ACCOUNT_ID", "123456789012").replace("REGION", "us-west-2"))
     arns = re.findall(r'"(arn:[^"]*)"', filled)
     assert arns
