@@ -43,7 +43,23 @@ def text(efs):
 
 
 def append_later(log, lines, delay):
+    """Like the launcher: log the lines once host_worker was edited (then `delay` s), so that
+    a slow run (a busy machine) cannot record its log position after they were written."""
+    host_worker = os.path.join(os.path.dirname(log), "host_worker")
+
+    def read():
+        try:
+            with open(host_worker) as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    before = read()
+
     def go():
+        deadline = time.time() + 5
+        while read() == before and time.time() < deadline:
+            time.sleep(0.02)
         time.sleep(delay)
         with open(log, "a") as handle:
             for line in lines:
