@@ -44,6 +44,11 @@ def parse_args(argv=None):
     ap.add_argument("--stall-timeout", type=float, default=12.0, help="no step progress before a stall, s")
     ap.add_argument("--start-timeout", type=float, default=60.0, help="generation start to first step, s")
     ap.add_argument("--stop-timeout", type=float, default=30.0, help="stop request to all workers stopped, s")
+    ap.add_argument("--recovery", choices=("survivor", "checkpoint"), default="survivor",
+                    help="after a lost worker resume from a survivor's state of the last completed step, or from "
+                         "the last checkpoint [%(default)s]")
+    ap.add_argument("--recover-timeout", type=float, default=10.0,
+                    help="wait this long for a survivor's state before using the last checkpoint, s [%(default)s]")
     ap.add_argument("--max-restarts", type=int, default=5, help="consecutive failed generations before giving up")
     ap.add_argument("--wait-host-worker", type=float, default=300.0, help="wait this long for a valid host_worker")
     ap.add_argument("--status-interval", type=float, default=2.0)

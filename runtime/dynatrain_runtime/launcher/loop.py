@@ -5,7 +5,10 @@ default) or epoch boundary (``--resize-at epoch``, DT's behaviour): stop request
 every worker stops at the same boundary, rank 0 checkpoints, all exit -> the process
 group is rebuilt with the new membership -> it resumes from exactly that step.
 A lost worker is logged ``FAILED``, dropped from ``host_worker``, and the job resumes
-from the last checkpoint.  SIGTERM: stop at the next boundary, checkpoint, exit 0.
+from the state of the last completed step, which one survivor writes as a recovery
+checkpoint when asked (``--recovery survivor``, default); only when no survivor gives it
+within ``--recover-timeout`` does it resume from the last regular checkpoint.
+SIGTERM: stop at the next boundary, checkpoint, exit 0.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class Launcher:
     def static_env(self, host):
         env = {"DT_ASSIGN": "stdin", "EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
                "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
-               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or ""}
+               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or "",
+               "DT_RECOVERY": self.args.recovery}
         if self.args.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
                 env[key] = str(self.args.omp_threads)
@@ -163,6 +167,8 @@ class Launcher:
         elif kind == "checkpoint":
             g.last_ckpt = msg.get("path")
             g.progress_at = time.time()
+        elif kind == "recovery":
+            g.recovery = dict(msg, received_at=time.time())
         elif kind == "done":
             g.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
@@ -264,6 +270,7 @@ class Launcher:
                      "killing them (resume from the last checkpoint)")
             return "stopped", {"timeout": True}
         if failed:
+            g.failed_at = now
             return "failed", failed
         if g.stopped_at_boundary():
             return "stopped", {}
@@ -304,22 +311,68 @@ class Launcher:
         t.start()
         self.reapers.append(t)
 
-    def handle_failure(self, g, failed):
-        self.failures_without_progress += 1
-        drop = [h for h in failed if h != self.master]
+    def recover(self, g, failed):
+        """Ask the survivors, best rank first, to write the last completed step's state.
+
+        Their training threads are blocked in a collective with the dead peer; the request is
+        served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
+        """
+        if self.args.recovery != "survivor":
+            return None
+        t0 = time.time()
+        deadline = t0 + self.args.recover_timeout
+        tried = []
+        for w in g.survivors(failed):
+            if time.time() >= deadline:
+                break
+            g.recovery = None
+            tried.append(w.host)
+            if not w.send({"kind": "recover", "generation": g.id, "failed": sorted(failed)}):
+                continue
+            while g.recovery is None and w.alive() and time.time() < deadline:
+                self._drain_messages()
+            answer = g.recovery
+            if answer is not None and answer.get("ok"):
+                answer["seconds_total"] = round(answer["received_at"] - t0, 3)
+                self.out(f"generation {g.id}: survivor {w.host} (rank {answer.get('rank')}) wrote the state of "
+                         f"step {answer.get('step')} in {answer['seconds_total']:.2f} s")
+                self.event("recovery_checkpoint", generation=g.id, writer=w.host, rank=answer.get("rank"),
+                           step=answer.get("step"), path=answer.get("path"), seconds=answer["seconds_total"],
+                           write_s=answer.get("seconds"), failed=sorted(failed))
+                return answer
+            why = answer.get("reason") if answer else ("no answer" if w.alive() else "exited")
+            self.out(f"generation {g.id}: survivor {w.host} could not give the state: {why}")
+        self.event("recovery_unavailable", generation=g.id, tried=tried, failed=sorted(failed),
+                   seconds=round(time.time() - t0, 3))
+        return None
+
+    def report_failure(self, g, failed):
         for host, why in sorted(failed.items()):
             self.out(f"generation {g.id}: FAILED {host}: {why}")
-            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host in drop)
+            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host != self.master)
+
+    def handle_failure(self, g, failed, recovery=None):
+        self.failures_without_progress += 1
+        drop = [h for h in failed if h != self.master]
         for host in drop:
             self.members.append_log("FAILED", host)
         if drop:
             self.members.drop(drop)
             self.failures_without_progress = 0
         latest = self.store.latest()
-        self.pending_resize = {"detected_at": time.time(), "from": g.membership,
+        resume_step = latest[1]["step"] if latest else 0
+        from_survivor = bool(recovery and latest and latest[0] == recovery.get("path"))
+        stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
+        self.pending_resize = {"detected_at": g.failed_at or time.time(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,
                                "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
-                               "resume_step": latest[1]["step"] if latest else 0, "stop_step": g.max_step}
+                               "recovered_from": "survivor" if from_survivor else "checkpoint",
+                               "resume_step": resume_step, "stop_step": stop_step,
+                               "recomputed_steps": max(0, stop_step - resume_step)}
+        if recovery:
+            self.pending_resize["recovery_s"] = recovery.get("seconds_total")
+        self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
+                 f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
         self.event("resize_start", **self.pending_resize)
 
     # ------------------------------------------------------------------ main
@@ -399,6 +452,10 @@ class Launcher:
                 g.resize, self.pending_resize = self.pending_resize, None
                 g.resize["stop_s"] = round(g.started - g.resize["detected_at"], 3)
             outcome, info = self.monitor(g)
+            recovery = None
+            if outcome == "failed":
+                self.report_failure(g, info)
+                recovery = self.recover(g, info)
             self.teardown(g, outcome)
             if self.pending_resize is not None:
                 self.pending_resize["stop_step"] = g.max_step     # how far the old group got
@@ -406,7 +463,7 @@ class Launcher:
                 self._train_done(g)
                 break
             if outcome == "failed":
-                self.handle_failure(g, info)
+                self.handle_failure(g, info, recovery)
                 if self.failures_without_progress > self.args.max_restarts:
                     self.out(f"ERROR: {self.failures_without_progress} consecutive failed generations "
                              "without progress; giving up")
