@@ -49,6 +49,9 @@ def parse_args(argv=None):
                          "the last checkpoint [%(default)s]")
     ap.add_argument("--recover-timeout", type=float, default=10.0,
                     help="wait this long for a survivor's state before using the last checkpoint, s [%(default)s]")
+    ap.add_argument("--join-warm-timeout", type=float, default=120.0,
+                    help="an added host joins once its process has imported MXNet (training goes on meanwhile), "
+                         "or after this long, s; 0 = at the next boundary at once [%(default)s]")
     ap.add_argument("--max-restarts", type=int, default=5, help="consecutive failed generations before giving up")
     ap.add_argument("--wait-host-worker", type=float, default=300.0, help="wait this long for a valid host_worker")
     ap.add_argument("--status-interval", type=float, default=2.0)

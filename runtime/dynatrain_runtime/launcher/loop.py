@@ -54,6 +54,7 @@ class Launcher:
         self.pending_resize = None
         self.reapers = []
         self.draining = {}                      # ip -> its drain request (spot notice), until it has left
+        self.joining = None                     # hosts being added: {"hosts", "since"} while they warm up
 
     @property
     def master(self):
@@ -113,6 +114,7 @@ class Launcher:
         gid = self.next_generation_id()
         port = self.args.port_base + (gid % 500)
         g = Generation(gid, membership, port, resume)
+        self.joining = None
         clear_stop_request(self.files)
         ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
                   "DMLC_NUM_SERVER": str(self.args.num_servers), "DMLC_NUM_WORKER": str(len(membership)),
@@ -238,10 +240,15 @@ class Launcher:
         self._take_drains(g)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
+            if hosts == g.membership:
+                self.joining = None
             return
         added = [h for h in hosts if h not in g.membership]
         removed = [h for h in g.membership if h not in hosts]
-        self.pending_resize = {"detected_at": now, "from": g.membership, "to": hosts,
+        if added and not removed and not self._joiners_warm(added, now):
+            return                              # train on while the new hosts import MXNet
+        since, self.joining = (self.joining or {}).get("since", now), None
+        self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3), "from": g.membership, "to": hosts,
                                "from_world": g.world, "to_world": len(hosts),
                                "added": added, "removed": removed, "resize_at": self.args.resize_at,
                                "from_generation": g.id}
@@ -254,6 +261,18 @@ class Launcher:
         self.event("resize_start", **self.pending_resize)
         self.state = "resizing"
         self.request_stop(g, "drain" if drained else "resize")
+
+    def _joiners_warm(self, added, now):
+        """True once every added host has a warm process (or one of them cannot start one, or it took
+        ``--join-warm-timeout`` s): a resize then pauses training for a reconnect, not for a cold start."""
+        if not self.spares.enabled or self.args.join_warm_timeout <= 0:
+            return True
+        if self.joining is None:
+            self.joining = {"since": now}
+            self.out(f"host_worker adds {added}: starting their processes; training goes on until they are warm")
+        self.spares.prewarm(added)
+        states = [self.spares.warm(h) for h in added]
+        return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
     def _failures(self, g, now):
         a = self.args

@@ -11,7 +11,9 @@ class SparePool:
     """Keeps one warm worker per member host and the scheduler + servers on the master.
 
     ``spawn(host, kind)`` starts a process (kind ``worker`` or ``serve``).  Spares are started
-    one at a time while training runs (``warm_step``), all at once before the first generation.
+    while training runs one at a time per host (``warm_step``: a host imports MXNet once at a
+    time, hosts in parallel, so a resize soon after another finds them warm again), all at
+    once before the first generation.
     """
 
     def __init__(self, spawn, enabled=True, num_servers=1):
@@ -45,17 +47,39 @@ class SparePool:
                 pass
 
     def warm_step(self, limit=1):
-        """Start the next missing spare unless ``limit`` spares are still importing MXNet."""
-        warming = sum(1 for p in self.procs() if p.alive() and not p.ready)
-        if limit is not None and warming >= limit:
-            return False
+        """Start the next missing spare of each host that has fewer than ``limit`` importing MXNet."""
+        warming = collections.Counter(p.host for p in self.procs() if p.alive() and not p.ready)
+        started = False
         for key, n in sorted(self.want.items(), key=lambda kv: kv[0][1] != "serve"):
+            host = key[0]
+            if limit is not None and warming[host] >= limit:
+                continue
             pool = [p for p in self.pools[key] if p.alive()]
             self.pools[key] = pool
             if len(pool) < n:
                 pool.append(self.spawn(*key))
-                return True
-        return False
+                warming[host] += 1
+                started = True
+        return started
+
+    def prewarm(self, hosts):
+        """Start a worker process on each of ``hosts`` now (new members: they join once warm)."""
+        if not self.enabled:
+            return
+        for host in hosts:
+            key = (host, "worker")
+            self.want[key] = max(1, self.want.get(key, 0))
+            pool = [p for p in self.pools[key] if p.alive()]
+            self.pools[key] = pool
+            if not pool:
+                pool.append(self.spawn(*key))
+
+    def warm(self, host, kind="worker"):
+        """True: a ready process waits for ``host``; False: one is starting; None: none is alive."""
+        alive = [p for p in self.pools[(host, kind)] if p.alive()]
+        if not alive:
+            return None
+        return any(p.ready for p in alive)
 
     def procs(self):
         return [p for pool in self.pools.values() for p in pool]
