@@ -173,7 +173,7 @@ def run(args, data):
     proc = br.launcher(efs, args.python, data, "step",
                        ["--epochs", "100000", "--step-sleep", str(args.step_sleep),
                         "--checkpoint-every", str(args.checkpoint_every)], args.port_base,
-                       launcher_args=["--recovery", args.recovery])
+                       launcher_args=["--recovery", args.recovery, "--spare-depth", str(args.spare_depth)])
     status = StatusLog(efs)
     job = Job(efs, status)
     try:
@@ -240,7 +240,8 @@ def summarize(args, job, rows, evs, steady, layout, start, end):
             "useful_sps": useful, "reference_sps": reference, "ratio": useful / reference,
             "steady_sps": steady, "recomputed_steps": sum(e.get("recomputed_steps", 0) for e in ends),
             "recovered_from": [e.get("recovered_from") for e in failures],
-            "drained_s": drained, "resumed_s": resumed, "joined_s": joined, "recovery": args.recovery}
+            "drained_s": drained, "resumed_s": resumed, "joined_s": joined, "recovery": args.recovery,
+            "spare_depth": args.spare_depth}
 
 
 def print_table(res):
@@ -249,9 +250,9 @@ def print_table(res):
 
     a = res["actions"]
     print("")
-    print("goodput under churn (local transport, %d cores, 4 workers, --recovery %s, %.0f s, "
-          "%d drains, %d kills, %d re-adds)" % (os.cpu_count(), res["recovery"], res["duration_s"],
-                                               a["drain"], a["kill"], a["add"]))
+    print("goodput under churn (local transport, %d cores, 4 workers, --recovery %s, --spare-depth %d, %.0f s, "
+          "%d drains, %d kills, %d re-adds)" % (os.cpu_count(), res["recovery"], res["spare_depth"],
+                                               res["duration_s"], a["drain"], a["kill"], a["add"]))
     print("")
     print("| metric | value |")
     print("|---|---:|")
@@ -273,18 +274,19 @@ def main():
     ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON") or br.NODE_PYTHON)
     ap.add_argument("--duration", type=float, default=300.0, help="churn phase, s [%(default)s]")
     ap.add_argument("--quick", action="store_true", help="about a minute of churn, shorter steady phases")
-    ap.add_argument("--actions", type=int, default=None, help="churn ticks [duration / 15 s; quick: 6]")
+    ap.add_argument("--actions", type=int, default=None, help="churn ticks [one per 15 s, at least 4]")
     ap.add_argument("--steady-s", type=float, default=None, help="steady measurement per world size [20; quick 10]")
     ap.add_argument("--step-sleep", type=float, default=0.05)
     ap.add_argument("--checkpoint-every", type=int, default=20)
     ap.add_argument("--recovery", choices=("survivor", "checkpoint"), default="survivor")
+    ap.add_argument("--spare-depth", type=int, default=2, help="the launcher's --spare-depth [%(default)s]")
     ap.add_argument("--port-base", type=int, default=20100)
     ap.add_argument("--keep", action="store_true", help="keep the job directory (events, launcher.out)")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     args = ap.parse_args()
     if args.quick:
         args.duration = min(args.duration, 60.0)
-    args.actions = args.actions or (6 if args.quick else max(6, int(args.duration // 15)))
+    args.actions = args.actions or max(4, int(args.duration // 15))
     args.steady_s = args.steady_s or (10.0 if args.quick else 20.0)
     tmp = tempfile.mkdtemp(prefix="dtchurn-data-")
     data = os.path.join(tmp, "digits.npz")

@@ -39,6 +39,9 @@ def parse_args(argv=None):
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for every process")
     ap.add_argument("--no-warm-spares", dest="warm_spares", action="store_false",
                     help="start processes only when needed (slower resizes)")
+    ap.add_argument("--spare-depth", type=int, default=1,
+                    help="pre-warmed process sets per host; 2 keeps a second change soon after one fast "
+                         "(frequent spot churn) at the memory of one more idle process per role [%(default)s]")
     ap.add_argument("--poll-interval", type=float, default=0.5, help="host_worker poll period, s [%(default)s]")
     ap.add_argument("--dead-timeout", type=float, default=6.0, help="silence before a worker is FAILED, s")
     ap.add_argument("--stall-timeout", type=float, default=12.0, help="no step progress before a stall, s")

@@ -42,7 +42,7 @@ class Launcher:
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
                                    args.ssh_connect_timeout, args.local_ip)
-        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers)
+        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth)
         self.master = args.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
         self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
@@ -131,6 +131,7 @@ class Launcher:
             w = self.spares.take(host, "worker")
             w.assign("worker", gid, dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host))
             g.workers[host] = w
+        self.spares.plan(membership, self.master)   # what to replace (warmed once this group trains)
         self.gen = g
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
@@ -268,9 +269,12 @@ class Launcher:
         if not self.spares.enabled or self.args.join_warm_timeout <= 0:
             return True
         if self.joining is None:
-            self.joining = {"since": now}
-            self.out(f"host_worker adds {added}: starting their processes; training goes on until they are warm")
-        self.spares.prewarm(added)
+            self.joining = {"since": now, "hosts": set()}
+        new = [h for h in added if h not in self.joining["hosts"]]
+        if new:                                 # once: a process that dies is not started again here
+            self.joining["hosts"].update(new)
+            self.spares.prewarm(new)
+            self.out(f"host_worker adds {new}: starting their processes; training goes on until they are warm")
         states = [self.spares.warm(h) for h in added]
         return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
@@ -293,7 +297,7 @@ class Launcher:
             return "failed", failed
         if g.stopped_at_boundary():
             return "stopped", {}
-        if g.first_step_at is not None and g.stop_at is None:
+        if g.first_step_at is not None and g.stop_at is None:     # not while the group connects
             self.spares.warm_step()
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
@@ -336,8 +340,8 @@ class Launcher:
         Their training threads are blocked in a collective with the dead peer; the request is
         served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
         """
-        if self.args.recovery != "survivor":
-            return None
+        if self.args.recovery != "survivor" or g.first_step_at is None:
+            return None                         # before its first step the group is at its resume point
         t0 = time.time()
         deadline = t0 + self.args.recover_timeout
         tried = []
@@ -469,7 +473,7 @@ class Launcher:
             g = self.start_generation(self.membership)
             if self.pending_resize is not None:
                 g.resize, self.pending_resize = self.pending_resize, None
-                g.resize["stop_s"] = round(g.started - g.resize["detected_at"], 3)
+                g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - g.resize.get("warm_wait_s", 0), 3)
             outcome, info = self.monitor(g)
             recovery = None
             if outcome == "failed":

@@ -16,28 +16,28 @@ class SparePool:
     once before the first generation.
     """
 
-    def __init__(self, spawn, enabled=True, num_servers=1):
+    def __init__(self, spawn, enabled=True, num_servers=1, depth=1):
         self.spawn = spawn
         self.enabled = enabled
         self.num_servers = num_servers
+        self.depth = max(1, int(depth))       # sets of spares: 2 = a second change soon after one is warm too
         self.pools = collections.defaultdict(list)     # (host, kind) -> [Proc]
         self.want = {}
 
     def take(self, host, kind):
-        """A warm process for (host, kind), or a new one."""
-        pool = self.pools[(host, kind)]
-        while pool:
-            p = pool.pop(0)
-            if p.alive():
-                return p
-        return self.spawn(host, kind)
+        """A warm process for (host, kind) (a ready one first), or a new one."""
+        key = (host, kind)
+        pool = [p for p in self.pools[key] if p.alive()]
+        pool.sort(key=lambda p: not p.ready)
+        self.pools[key] = pool
+        return pool.pop(0) if pool else self.spawn(host, kind)
 
     def plan(self, membership, master, parallel=False):
         """Plan the spares of the next generation; with ``parallel`` start them all now."""
         if not self.enabled:
             return
-        want = {(h, "worker"): 1 for h in membership}
-        want[(master, "serve")] = 1 + self.num_servers
+        want = {(h, "worker"): self.depth for h in membership}
+        want[(master, "serve")] = (1 + self.num_servers) * self.depth
         self.want = want
         for key in list(self.pools):
             if key not in want:
