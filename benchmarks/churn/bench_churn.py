@@ -262,6 +262,9 @@ def print_table(res):
     print("| **goodput ratio** (target >= 0.90) | **%.3f** |" % res["ratio"])
     print("| steady samples/s by world size | %s |"
           % ", ".join("%d: %.0f" % (w, s) for w, s in sorted(res["steady_sps"].items())))
+    events = sum(a.values())
+    print("| training time lost per churn event, s ((1 - ratio) x duration / events) | %.2f |"
+          % ((1 - res["ratio"]) * res["duration_s"] / max(1, events)))
     print("| steps recomputed (total) | %d |" % res["recomputed_steps"])
     print("| failures recovered from | %s |" % (", ".join(res["recovered_from"]) or "-"))
     print("| spot notice -> drained, s (p50 / max) | %s |" % pm(res["drained_s"]))
