@@ -384,7 +384,8 @@ class Launcher:
             self.failures_without_progress = 0
         latest = self.store.latest()
         resume_step = latest[1]["step"] if latest else 0
-        from_survivor = bool(recovery and latest and latest[0] == recovery.get("path"))
+        mark = (latest[1].get("recovery") or {}) if latest else {}
+        from_survivor = mark.get("generation") == g.id       # (also when its answer came too late)
         stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
         self.pending_resize = {"detected_at": g.failed_at or time.time(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,

@@ -145,6 +145,8 @@ def test_recover_asks_survivors_in_rank_order_and_reports(tmp_path):
     silent = FakeWorker(M, 0, la.msgq)                                   # rank 0, never answers
     good = FakeWorker(A, 2, la.msgq, {"ok": True, "step": 7, "path": "/x/ckpt-7", "rank": 2})
     g.workers = {A: good, B: FakeWorker(B, 1, la.msgq, alive=False), M: silent}
+    assert la.recover(g, {B: "lost"}) is None and silent.sent == []   # no step yet: at the resume point
+    g.first_step_at = time.time()
     t0 = time.time()
     answer = la.recover(g, {B: "worker process exited with status 137"})
     assert answer is None and time.time() - t0 < 2          # rank 0 took the whole timeout: fall back
