@@ -249,8 +249,8 @@ class Launcher:
         if added and not removed and not self._joiners_warm(added, now):
             return                              # train on while the new hosts import MXNet
         since, self.joining = (self.joining or {}).get("since", now), None
-        self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3), "from": g.membership, "to": hosts,
-                               "from_world": g.world, "to_world": len(hosts),
+        self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3),
+                               "from": g.membership, "to": hosts, "from_world": g.world, "to_world": len(hosts),
                                "added": added, "removed": removed, "resize_at": self.args.resize_at,
                                "from_generation": g.id}
         drained = [h for h in removed if h in self.draining]
@@ -474,7 +474,8 @@ class Launcher:
             g = self.start_generation(self.membership)
             if self.pending_resize is not None:
                 g.resize, self.pending_resize = self.pending_resize, None
-                g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - g.resize.get("warm_wait_s", 0), 3)
+                waited = g.resize.get("warm_wait_s", 0)                # training went on meanwhile
+                g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - waited, 3)
             outcome, info = self.monitor(g)
             recovery = None
             if outcome == "failed":
