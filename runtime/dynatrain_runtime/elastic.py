@@ -26,6 +26,11 @@ Semantics:
 * every step each worker contributes a control flag (one pushpull of a small
   control vector); when the sum is > 0 every worker stops at that same step
   boundary and rank 0 writes an atomic checkpoint (``CheckpointStore``);
+* a worker that dies costs at most the step in flight: at every boundary each worker keeps
+  an in-memory ``BoundarySnapshot`` (``recovery``) and, asked by the launcher (``recover``
+  on the stdin channel, served while the training thread is blocked with the dead peer),
+  one survivor writes it as a recovery checkpoint (``DT_RECOVERY=checkpoint`` turns this
+  off: a failure then rolls back to the last regular checkpoint);
 * ``--batch-policy fixed-global`` (per-worker batch = global / workers) or
   ``fixed-per-worker`` with linear LR scaling warmed up over K steps
   (``LrSchedule``; Goyal et al. 2017).
@@ -41,11 +46,13 @@ import os
 import socket
 import sys
 import time
+import weakref
 
 from .checkpoint import CheckpointStore
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
 from .jobfiles import JobFiles, append_jsonl, read_stop_request, write_json
 from .protocol import EXIT_STOPPED, emit, receive_assignment
+from .recovery import BoundarySnapshot
 
 CONTROL_KEY = 999983       # int kvstore key of the per-step control vector (Trainer uses 0..n-1)
 
@@ -118,6 +125,11 @@ class Elastic:
         self._meta_extra = {}
         self._stop_checked = 0.0
         self._stop_file = None
+        # survivor recovery: the last completed step's state, replaced at every boundary
+        self.recovery = os.environ.get("DT_RECOVERY", "survivor") == "survivor"
+        self._snapshot = None
+        if self.channel is not None:     # weakly: the kvstore must be freed with us, not at interpreter exit
+            self.channel.on("recover", _weak_handler(self._on_recover))
 
     # ----------------------------------------------------------------- setup / resume
     def on_epoch_end(self, fn):
@@ -166,6 +178,8 @@ class Elastic:
             self.kv._barrier()
         mx.random.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
+        if getattr(trainer, "_update_on_kvstore", False):
+            self.recovery = False        # the optimizer state lives on the servers, not here
         self._emit_hb("started", force=True)
         return self
 
@@ -268,6 +282,7 @@ class Elastic:
         if self.epoch >= self.epochs:
             self.finished = True
         if agg[_C_STOP] > 0.5 and not self.finished:
+            self._snapshot = None        # the stop checkpoint is the boundary state
             self.stopped = True
             self.save_checkpoint(reason="stop")
             self._emit_hb("stopped", force=True)
@@ -276,6 +291,9 @@ class Elastic:
             self.save_checkpoint(reason="final")
         elif self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self.save_checkpoint(reason="periodic")
+        if self.recovery and not self.finished:
+            self._snapshot = BoundarySnapshot.take(self.net, self.trainer, self.meta(),
+                                                   self.audit_log if self.audit else None)
         self._emit_hb("running", force=(self.step == (self.resumed_from or 0) + 1))
 
     def samples_per_s(self):
@@ -311,6 +329,25 @@ class Elastic:
         emit("checkpoint", step=self.step, epoch=self.epoch, pos=self.pos, path=path, reason=reason,
              seconds=round(time.time() - t0, 4), generation=self.generation)
         return path
+
+    def _on_recover(self, msg):
+        """(channel thread) A peer failed: write the last boundary's state as a recovery checkpoint."""
+        gen = int(msg.get("generation", -1))
+        snap = self._snapshot
+        fields = {"generation": self.generation, "host": self.host, "rank": self.rank}
+        if gen != self.generation or snap is None:
+            why = "another generation" if gen != self.generation else "no completed step to give"
+            emit("recovery", ok=False, reason=why, **fields)
+            return
+        t0 = time.time()
+        try:
+            path = snap.write(self.mx, self.store, generation=self.generation, writer=self.host, rank=self.rank,
+                              failed=msg.get("failed") or [])
+        except Exception as exc:            # noqa: BLE001 - reported to the launcher, which falls back
+            emit("recovery", ok=False, reason=f"{type(exc).__name__}: {exc}", **fields)
+            return
+        emit("recovery", ok=True, step=snap.step, epoch=snap.meta["epoch"], pos=snap.meta["pos"], path=path,
+             seconds=round(time.time() - t0, 4), **fields)
 
     # ----------------------------------------------------------------- reporting
     def _emit_hb(self, state, force=False):
@@ -349,3 +386,16 @@ class Elastic:
         if self.finished:
             emit("done", step=self.step, epoch=self.epoch, generation=self.generation)
         return 0
+
+
+def _weak_handler(method):
+    """A channel handler that does not keep ``method``'s object alive."""
+    ref = weakref.WeakMethod(method)
+
+    def handler(msg):
+        fn = ref()
+        if fn is None:
+            emit("recovery", ok=False, generation=msg.get("generation"), reason="training finished")
+        else:
+            fn(msg)
+    return handler

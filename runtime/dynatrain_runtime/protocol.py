@@ -2,8 +2,11 @@
 
 Process -> launcher: machine-readable lines on stdout, ``@@DT {json}`` (``emit``).
 Launcher -> process: JSON lines on stdin; the first is the role assignment (the
-process was started pre-warmed, MXNet already imported), later ones are commands
-(``stop`` at a boundary).  Pure Python.
+process was started pre-warmed, MXNet already imported), later ones are commands:
+``stop`` at a boundary (polled by the training loop) and ``recover`` (a peer failed:
+write the last completed step's state as a recovery checkpoint).  Commands with a
+registered handler run on the channel's own thread, so they are served even while the
+training thread is blocked in a collective with a dead peer.  Pure Python.
 """
 
 from __future__ import annotations
@@ -55,7 +58,12 @@ class StdinChannel:
 
     def __init__(self):
         self.stop = None          # the launcher's stop request {"generation": g, "at": "step"|"epoch"}
+        self.handlers = {}        # kind -> fn(msg), run on the channel thread
         self._buf = b""
+
+    def on(self, kind, handler):
+        """Run ``handler(msg)`` on the channel thread for every ``kind`` command."""
+        self.handlers[kind] = handler
 
     def _readline(self):
         while b"\n" not in self._buf:
@@ -106,8 +114,14 @@ class StdinChannel:
                 msg = json.loads(line)
             except ValueError:
                 continue
-            if msg.get("kind") == "stop":
+            kind = msg.get("kind")
+            if kind == "stop":
                 self.stop = msg
+            elif kind in self.handlers:
+                self.handlers[kind](msg)
+            elif kind == "recover":       # nothing registered (yet): no state to give
+                emit("recovery", ok=False, generation=msg.get("generation"), reason="no recovery handler",
+                     host=os.environ.get("DT_WORKER_IP"))
 
 
 def receive_assignment():

@@ -39,11 +39,22 @@ def parse_args(argv=None):
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for every process")
     ap.add_argument("--no-warm-spares", dest="warm_spares", action="store_false",
                     help="start processes only when needed (slower resizes)")
+    ap.add_argument("--spare-depth", type=int, default=1,
+                    help="pre-warmed process sets per host; 2 keeps a second change soon after one fast "
+                         "(frequent spot churn) at the memory of one more idle process per role [%(default)s]")
     ap.add_argument("--poll-interval", type=float, default=0.5, help="host_worker poll period, s [%(default)s]")
     ap.add_argument("--dead-timeout", type=float, default=6.0, help="silence before a worker is FAILED, s")
     ap.add_argument("--stall-timeout", type=float, default=12.0, help="no step progress before a stall, s")
     ap.add_argument("--start-timeout", type=float, default=60.0, help="generation start to first step, s")
     ap.add_argument("--stop-timeout", type=float, default=30.0, help="stop request to all workers stopped, s")
+    ap.add_argument("--recovery", choices=("survivor", "checkpoint"), default="survivor",
+                    help="after a lost worker resume from a survivor's state of the last completed step, or from "
+                         "the last checkpoint [%(default)s]")
+    ap.add_argument("--recover-timeout", type=float, default=10.0,
+                    help="wait this long for a survivor's state before using the last checkpoint, s [%(default)s]")
+    ap.add_argument("--join-warm-timeout", type=float, default=120.0,
+                    help="an added host joins once its process has imported MXNet (training goes on meanwhile), "
+                         "or after this long, s; 0 = at the next boundary at once [%(default)s]")
     ap.add_argument("--max-restarts", type=int, default=5, help="consecutive failed generations before giving up")
     ap.add_argument("--wait-host-worker", type=float, default=300.0, help="wait this long for a valid host_worker")
     ap.add_argument("--status-interval", type=float, default=2.0)

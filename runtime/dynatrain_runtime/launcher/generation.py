@@ -34,6 +34,8 @@ class Generation:
         self.epoch = resume[1]["epoch"] if resume else 0
         self.server_exit_at = None
         self.server_exit = None
+        self.failed_at = None                   # when a failure was detected
+        self.recovery = None                    # a survivor's answer to "recover" ({"ok": ..., "step": ...})
 
     @property
     def world(self):
@@ -57,6 +59,12 @@ class Generation:
         if msg.get("rank") == 0 and msg.get("samples_per_s"):
             self.samples_per_s = float(msg["samples_per_s"])
         return self.first_step_at is None and step > self.resume_step
+
+    def survivors(self, failed):
+        """Workers that can still give the last completed step's state: alive, not failed; rank order."""
+        alive = [w for host, w in self.workers.items()
+                 if host not in failed and host not in self.exited and w.alive()]
+        return sorted(alive, key=lambda w: ((w.last_hb or {}).get("rank", 1 << 30), w.host))
 
     # ------------------------------------------------------------------ failure detection
     def exited_badly(self, now, master):

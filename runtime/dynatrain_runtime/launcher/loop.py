@@ -5,7 +5,10 @@ default) or epoch boundary (``--resize-at epoch``, DT's behaviour): stop request
 every worker stops at the same boundary, rank 0 checkpoints, all exit -> the process
 group is rebuilt with the new membership -> it resumes from exactly that step.
 A lost worker is logged ``FAILED``, dropped from ``host_worker``, and the job resumes
-from the last checkpoint.  SIGTERM: stop at the next boundary, checkpoint, exit 0.
+from the state of the last completed step, which one survivor writes as a recovery
+checkpoint when asked (``--recovery survivor``, default); only when no survivor gives it
+within ``--recover-timeout`` does it resume from the last regular checkpoint.
+SIGTERM: stop at the next boundary, checkpoint, exit 0.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class Launcher:
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
                                    args.ssh_connect_timeout, args.local_ip)
-        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers)
+        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth)
         self.master = args.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
         self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
@@ -51,6 +54,7 @@ class Launcher:
         self.pending_resize = None
         self.reapers = []
         self.draining = {}                      # ip -> its drain request (spot notice), until it has left
+        self.joining = None                     # hosts being added: {"hosts", "since"} while they warm up
 
     @property
     def master(self):
@@ -80,7 +84,8 @@ class Launcher:
     def static_env(self, host):
         env = {"DT_ASSIGN": "stdin", "EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
                "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
-               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or ""}
+               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or "",
+               "DT_RECOVERY": self.args.recovery}
         if self.args.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
                 env[key] = str(self.args.omp_threads)
@@ -109,6 +114,7 @@ class Launcher:
         gid = self.next_generation_id()
         port = self.args.port_base + (gid % 500)
         g = Generation(gid, membership, port, resume)
+        self.joining = None
         clear_stop_request(self.files)
         ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
                   "DMLC_NUM_SERVER": str(self.args.num_servers), "DMLC_NUM_WORKER": str(len(membership)),
@@ -125,6 +131,7 @@ class Launcher:
             w = self.spares.take(host, "worker")
             w.assign("worker", gid, dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host))
             g.workers[host] = w
+        self.spares.plan(membership, self.master)   # what to replace (warmed once this group trains)
         self.gen = g
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
@@ -163,6 +170,8 @@ class Launcher:
         elif kind == "checkpoint":
             g.last_ckpt = msg.get("path")
             g.progress_at = time.time()
+        elif kind == "recovery":
+            g.recovery = dict(msg, received_at=time.time())
         elif kind == "done":
             g.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
@@ -232,11 +241,16 @@ class Launcher:
         self._take_drains(g)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
+            if hosts == g.membership:
+                self.joining = None
             return
         added = [h for h in hosts if h not in g.membership]
         removed = [h for h in g.membership if h not in hosts]
-        self.pending_resize = {"detected_at": now, "from": g.membership, "to": hosts,
-                               "from_world": g.world, "to_world": len(hosts),
+        if added and not removed and not self._joiners_warm(added, now):
+            return                              # train on while the new hosts import MXNet
+        since, self.joining = (self.joining or {}).get("since", now), None
+        self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3),
+                               "from": g.membership, "to": hosts, "from_world": g.world, "to_world": len(hosts),
                                "added": added, "removed": removed, "resize_at": self.args.resize_at,
                                "from_generation": g.id}
         drained = [h for h in removed if h in self.draining]
@@ -248,6 +262,21 @@ class Launcher:
         self.event("resize_start", **self.pending_resize)
         self.state = "resizing"
         self.request_stop(g, "drain" if drained else "resize")
+
+    def _joiners_warm(self, added, now):
+        """True once every added host has a warm process (or one of them cannot start one, or it took
+        ``--join-warm-timeout`` s): a resize then pauses training for a reconnect, not for a cold start."""
+        if not self.spares.enabled or self.args.join_warm_timeout <= 0:
+            return True
+        if self.joining is None:
+            self.joining = {"since": now, "hosts": set()}
+        new = [h for h in added if h not in self.joining["hosts"]]
+        if new:                                 # once: a process that dies is not started again here
+            self.joining["hosts"].update(new)
+            self.spares.prewarm(new)
+            self.out(f"host_worker adds {new}: starting their processes; training goes on until they are warm")
+        states = [self.spares.warm(h) for h in added]
+        return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
     def _failures(self, g, now):
         a = self.args
@@ -264,10 +293,11 @@ class Launcher:
                      "killing them (resume from the last checkpoint)")
             return "stopped", {"timeout": True}
         if failed:
+            g.failed_at = now
             return "failed", failed
         if g.stopped_at_boundary():
             return "stopped", {}
-        if g.first_step_at is not None and g.stop_at is None:
+        if g.first_step_at is not None and g.stop_at is None:     # not while the group connects
             self.spares.warm_step()
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
@@ -304,22 +334,69 @@ class Launcher:
         t.start()
         self.reapers.append(t)
 
-    def handle_failure(self, g, failed):
-        self.failures_without_progress += 1
-        drop = [h for h in failed if h != self.master]
+    def recover(self, g, failed):
+        """Ask the survivors, best rank first, to write the last completed step's state.
+
+        Their training threads are blocked in a collective with the dead peer; the request is
+        served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
+        """
+        if self.args.recovery != "survivor" or g.first_step_at is None:
+            return None                         # before its first step the group is at its resume point
+        t0 = time.time()
+        deadline = t0 + self.args.recover_timeout
+        tried = []
+        for w in g.survivors(failed):
+            if time.time() >= deadline:
+                break
+            g.recovery = None
+            tried.append(w.host)
+            if not w.send({"kind": "recover", "generation": g.id, "failed": sorted(failed)}):
+                continue
+            while g.recovery is None and w.alive() and time.time() < deadline:
+                self._drain_messages()
+            answer = g.recovery
+            if answer is not None and answer.get("ok"):
+                answer["seconds_total"] = round(answer["received_at"] - t0, 3)
+                self.out(f"generation {g.id}: survivor {w.host} (rank {answer.get('rank')}) wrote the state of "
+                         f"step {answer.get('step')} in {answer['seconds_total']:.2f} s")
+                self.event("recovery_checkpoint", generation=g.id, writer=w.host, rank=answer.get("rank"),
+                           step=answer.get("step"), path=answer.get("path"), seconds=answer["seconds_total"],
+                           write_s=answer.get("seconds"), failed=sorted(failed))
+                return answer
+            why = answer.get("reason") if answer else ("no answer" if w.alive() else "exited")
+            self.out(f"generation {g.id}: survivor {w.host} could not give the state: {why}")
+        self.event("recovery_unavailable", generation=g.id, tried=tried, failed=sorted(failed),
+                   seconds=round(time.time() - t0, 3))
+        return None
+
+    def report_failure(self, g, failed):
         for host, why in sorted(failed.items()):
             self.out(f"generation {g.id}: FAILED {host}: {why}")
-            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host in drop)
+            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host != self.master)
+
+    def handle_failure(self, g, failed, recovery=None):
+        self.failures_without_progress += 1
+        drop = [h for h in failed if h != self.master]
         for host in drop:
             self.members.append_log("FAILED", host)
         if drop:
             self.members.drop(drop)
             self.failures_without_progress = 0
         latest = self.store.latest()
-        self.pending_resize = {"detected_at": time.time(), "from": g.membership,
+        resume_step = latest[1]["step"] if latest else 0
+        mark = (latest[1].get("recovery") or {}) if latest else {}
+        from_survivor = mark.get("generation") == g.id       # (also when its answer came too late)
+        stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
+        self.pending_resize = {"detected_at": g.failed_at or time.time(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,
                                "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
-                               "resume_step": latest[1]["step"] if latest else 0, "stop_step": g.max_step}
+                               "recovered_from": "survivor" if from_survivor else "checkpoint",
+                               "resume_step": resume_step, "stop_step": stop_step,
+                               "recomputed_steps": max(0, stop_step - resume_step)}
+        if recovery:
+            self.pending_resize["recovery_s"] = recovery.get("seconds_total")
+        self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
+                 f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
         self.event("resize_start", **self.pending_resize)
 
     # ------------------------------------------------------------------ main
@@ -397,8 +474,13 @@ class Launcher:
             g = self.start_generation(self.membership)
             if self.pending_resize is not None:
                 g.resize, self.pending_resize = self.pending_resize, None
-                g.resize["stop_s"] = round(g.started - g.resize["detected_at"], 3)
+                waited = g.resize.get("warm_wait_s", 0)                # training went on meanwhile
+                g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - waited, 3)
             outcome, info = self.monitor(g)
+            recovery = None
+            if outcome == "failed":
+                self.report_failure(g, info)
+                recovery = self.recover(g, info)
             self.teardown(g, outcome)
             if self.pending_resize is not None:
                 self.pending_resize["stop_step"] = g.max_step     # how far the old group got
@@ -406,7 +488,7 @@ class Launcher:
                 self._train_done(g)
                 break
             if outcome == "failed":
-                self.handle_failure(g, info)
+                self.handle_failure(g, info, recovery)
                 if self.failures_without_progress > self.args.max_restarts:
                     self.out(f"ERROR: {self.failures_without_progress} consecutive failed generations "
                              "without progress; giving up")

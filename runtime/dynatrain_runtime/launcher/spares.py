@@ -11,31 +11,33 @@ class SparePool:
     """Keeps one warm worker per member host and the scheduler + servers on the master.
 
     ``spawn(host, kind)`` starts a process (kind ``worker`` or ``serve``).  Spares are started
-    one at a time while training runs (``warm_step``), all at once before the first generation.
+    while training runs one at a time per host (``warm_step``: a host imports MXNet once at a
+    time, hosts in parallel, so a resize soon after another finds them warm again), all at
+    once before the first generation.
     """
 
-    def __init__(self, spawn, enabled=True, num_servers=1):
+    def __init__(self, spawn, enabled=True, num_servers=1, depth=1):
         self.spawn = spawn
         self.enabled = enabled
         self.num_servers = num_servers
+        self.depth = max(1, int(depth))       # sets of spares: 2 = a second change soon after one is warm too
         self.pools = collections.defaultdict(list)     # (host, kind) -> [Proc]
         self.want = {}
 
     def take(self, host, kind):
-        """A warm process for (host, kind), or a new one."""
-        pool = self.pools[(host, kind)]
-        while pool:
-            p = pool.pop(0)
-            if p.alive():
-                return p
-        return self.spawn(host, kind)
+        """A warm process for (host, kind) (a ready one first), or a new one."""
+        key = (host, kind)
+        pool = [p for p in self.pools[key] if p.alive()]
+        pool.sort(key=lambda p: not p.ready)
+        self.pools[key] = pool
+        return pool.pop(0) if pool else self.spawn(host, kind)
 
     def plan(self, membership, master, parallel=False):
         """Plan the spares of the next generation; with ``parallel`` start them all now."""
         if not self.enabled:
             return
-        want = {(h, "worker"): 1 for h in membership}
-        want[(master, "serve")] = 1 + self.num_servers
+        want = {(h, "worker"): self.depth for h in membership}
+        want[(master, "serve")] = (1 + self.num_servers) * self.depth
         self.want = want
         for key in list(self.pools):
             if key not in want:
@@ -45,17 +47,39 @@ class SparePool:
                 pass
 
     def warm_step(self, limit=1):
-        """Start the next missing spare unless ``limit`` spares are still importing MXNet."""
-        warming = sum(1 for p in self.procs() if p.alive() and not p.ready)
-        if limit is not None and warming >= limit:
-            return False
+        """Start the next missing spare of each host that has fewer than ``limit`` importing MXNet."""
+        warming = collections.Counter(p.host for p in self.procs() if p.alive() and not p.ready)
+        started = False
         for key, n in sorted(self.want.items(), key=lambda kv: kv[0][1] != "serve"):
+            host = key[0]
+            if limit is not None and warming[host] >= limit:
+                continue
             pool = [p for p in self.pools[key] if p.alive()]
             self.pools[key] = pool
             if len(pool) < n:
                 pool.append(self.spawn(*key))
-                return True
-        return False
+                warming[host] += 1
+                started = True
+        return started
+
+    def prewarm(self, hosts):
+        """Start a worker process on each of ``hosts`` now (new members: they join once warm)."""
+        if not self.enabled:
+            return
+        for host in hosts:
+            key = (host, "worker")
+            self.want[key] = max(1, self.want.get(key, 0))
+            pool = [p for p in self.pools[key] if p.alive()]
+            self.pools[key] = pool
+            if not pool:
+                pool.append(self.spawn(*key))
+
+    def warm(self, host, kind="worker"):
+        """True: a ready process waits for ``host``; False: one is starting; None: none is alive."""
+        alive = [p for p in self.pools[(host, kind)] if p.alive()]
+        if not alive:
+            return None
+        return any(p.ready for p in alive)
 
     def procs(self):
         return [p for pool in self.pools.values() for p in pool]

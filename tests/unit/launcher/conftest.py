@@ -119,8 +119,11 @@ def latest_meta(efs):
     return latest[1] if latest else None
 
 
-def pids_of_host(ip):
-    """PIDs of training processes started for ``ip`` (their environment says DT_WORKER_IP=ip)."""
+def pids_of_host(ip, efs=None):
+    """PIDs of training processes started for ``ip`` (their environment says DT_WORKER_IP=ip).
+
+    With ``efs``, only those of the job on that shared directory (other jobs may use the same address).
+    """
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -131,6 +134,8 @@ def pids_of_host(ip):
             with open("/proc/%s/cmdline" % name, "rb") as handle:
                 cmd = handle.read()
         except OSError:
+            continue
+        if efs is not None and ("EFS_MOUNT=%s" % os.path.abspath(str(efs))).encode() not in env:
             continue
         if ("DT_WORKER_IP=%s" % ip).encode() in env and b"train_digits" in cmd and b"child" not in cmd:
             out.append(int(name))

@@ -1,0 +1,107 @@
+"""Pre-warmed processes and warm joins: the launcher's decisions with fake processes (no MXNet)."""
+import os
+import time
+
+from dynatrain_runtime.launcher import loop, parse_args
+from dynatrain_runtime.launcher.generation import Generation
+from dynatrain_runtime.launcher.spares import SparePool
+
+M, A, B = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+
+
+class FakeProc(object):
+    def __init__(self, host, kind):
+        self.host, self.kind, self.ready, self.rc = host, kind, False, None
+
+    def alive(self):
+        return self.rc is None
+
+    def poll(self):
+        return self.rc
+
+    def terminate(self):
+        self.rc = -15
+
+    def kill(self):
+        self.rc = -9
+
+    class popen(object):           # noqa: N801 - what reap() waits on
+        @staticmethod
+        def wait(timeout=None):
+            return 0
+
+
+def pool(depth=1):
+    started = []
+
+    def spawn(host, kind):
+        started.append(FakeProc(host, kind))
+        return started[-1]
+    return SparePool(spawn, True, 1, depth), started
+
+
+def test_warm_step_starts_one_per_host_at_a_time_and_take_prefers_ready():
+    spares, started = pool(depth=2)
+    spares.plan([A, M], M)
+    assert spares.wanted_count() == 2 + 2 + 4                 # two sets: workers on A and M, 2x(scheduler+server)
+    assert spares.warm_step()
+    assert sorted((p.host, p.kind) for p in started) == sorted([(A, "worker"), (M, "serve")])
+    assert not spares.warm_step()                              # each host is still importing one
+    started[0].ready = started[1].ready = True
+    assert spares.warm_step() and len(started) == 4
+    first_a = [p for p in started if p.host == A][0]
+    assert spares.take(A, "worker") is first_a                 # the ready one, not the newest
+    assert spares.warm(A) is False                             # the other one is still starting
+    first_a.rc = 0
+    assert spares.take(A, "worker").ready is False
+
+
+def test_added_host_joins_once_its_process_is_warm(tmp_path):
+    la = loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "/bin/true", "--transport", "local",
+                                   "--master", M, "--join-warm-timeout", "30"]))
+    started = []
+
+    def spawn(host, kind):
+        started.append(FakeProc(host, kind))
+        return started[-1]
+    la.spares.spawn = spawn
+    g = Generation(1, [A, M], 9000, None)
+    la.members.confirm(g.membership)
+    with open(os.path.join(str(tmp_path), "host_worker"), "w") as handle:
+        handle.write(f"{A}\n{B}\n{M}\n")
+    now = time.time()
+    la._check_host_worker(g, now)
+    assert g.stop_at is None and [(p.host, p.kind) for p in started] == [(B, "worker")]
+    la._check_host_worker(g, now + 1)
+    assert g.stop_at is None and len(started) == 1             # not started twice, still training
+    started[0].ready = True
+    la._check_host_worker(g, now + 2)
+    assert g.stop_at is not None and la.pending_resize["added"] == [B]
+    assert la.pending_resize["detected_at"] == now and la.pending_resize["warm_wait_s"] == 2
+    assert la.spares.take(B, "worker") is started[0]
+
+
+def test_a_host_that_cannot_start_joins_at_once_and_timeout_bounds_the_wait(tmp_path):
+    la = loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "/bin/true", "--transport", "local",
+                                   "--master", M, "--join-warm-timeout", "5"]))
+    started = []
+
+    def spawn(host, kind):
+        started.append(FakeProc(host, kind))
+        return started[-1]
+    la.spares.spawn = spawn
+    g = Generation(1, [A, M], 9000, None)
+    with open(os.path.join(str(tmp_path), "host_worker"), "w") as handle:
+        handle.write(f"{A}\n{B}\n{M}\n")
+    now = time.time()
+    la._check_host_worker(g, now)
+    assert g.stop_at is None and len(started) == 1
+    started[0].rc = 255                                        # e.g. ssh: host unreachable
+    la._check_host_worker(g, now + 1)                          # a dead spare: no point waiting
+    assert g.stop_at is not None and len(started) == 1
+    g2 = Generation(2, [A, M], 9001, None)
+    la.joining = None                                          # as a new generation does
+    la._check_host_worker(g2, now + 2)
+    assert g2.stop_at is None and len(started) == 2            # one more try
+    la._check_host_worker(g2, now + 8)                         # still importing after the timeout
+    assert g2.stop_at is not None and la.pending_resize["warm_wait_s"] == 6
