@@ -62,12 +62,22 @@ options:
       - IPv4 address of the master. It is always kept last and can never be
         removed.
       - When the file already holds addresses its last line is the master; if
-        O(master) is given and differs the module fails.
+        O(master) is given and differs the module fails, unless O(replace_master=true).
       - When the file is new or empty and O(state=present), the addresses of
         O(hosts) are written followed by O(master) (so O(hosts=[]) with
         O(master) writes the master alone). Without O(master) the last address
         of O(hosts) becomes the master.
     type: str
+  replace_master:
+    description:
+      - With O(state=present) and a file whose master (last address) is not O(master),
+        replace that master by O(master) instead of failing. The old master's line is
+        removed (reported in RV(removed)), O(master) is written last (reported in RV(added));
+        the workers stay. For re-provisioning after the master was lost
+        (C(bootstrap.yml) passes it when it replaced a lost master); the launcher on the
+        new master logs the change when it starts.
+    type: bool
+    default: false
   protected:
     description:
       - Addresses that may never be removed (for example the base workers the
@@ -296,6 +306,7 @@ class Request:
     hosts: list
     protected: frozenset
     master: str | None
+    replace_master: bool
     wait: bool
     timeout: float
     lock_timeout: float
@@ -313,6 +324,7 @@ class Request:
             hosts=_unique(validate_ip(h) for h in (params.get("hosts") or [])),
             protected=frozenset(validate_ip(h) for h in (params.get("protected") or [])),
             master=validate_ip(params["master"]) if params.get("master") else None,
+            replace_master=bool(params.get("replace_master")),
             wait=bool(params.get("wait")),
             timeout=_number(params, "timeout", DEFAULT_TIMEOUT),
             lock_timeout=_number(params, "lock_timeout", DEFAULT_LOCK_TIMEOUT),
@@ -382,9 +394,21 @@ def _plan_addition(current, hosts, master):
     return added
 
 
-def plan(text, hosts, state, master, protected, source):
+def _replace_master(text, current, master, source):
+    """``text`` with its master's line (the last address) now ``master`` (dropped where it was a worker)."""
+    lines = (edit_hosts_text(text, remove=[master], source=source) if master in current else text).splitlines()
+    last = max(i for i, line in enumerate(lines) if parse_hosts(line, source=source))
+    lines[last] = master
+    return "".join(f"{line}\n" for line in lines)
+
+
+def plan(text, hosts, state, master, protected, source, replace_master=False):
     """Decide the edit. Returns (new_text, added, removed, before_hosts, effective_master)."""
     current = parse_hosts(text or "", source=source)
+    if replace_master and state == "present" and master is not None and current and current[-1] != master:
+        replaced = _replace_master(text, current, master, source)
+        new_text, added, removed, _current, effective = plan(replaced, hosts, state, master, protected, source)
+        return new_text, [master] + added, [current[-1]], current, effective
     effective_master = _check_master(current, master, source)
     if state == "absent":
         added, removed = [], _plan_removal(current, hosts, effective_master, protected, source)
@@ -418,7 +442,8 @@ class Edit:
 def compute_edit(request, text):
     """The Edit that ``request`` makes of host_worker ``text`` (None: no file yet)."""
     new_text, added, removed, _before, _master = plan(
-        text, request.hosts, request.state, request.master, request.protected, request.path)
+        text, request.hosts, request.state, request.master, request.protected, request.path,
+        replace_master=request.replace_master)
     return Edit(before=text, after=new_text, added=added, removed=removed)
 
 
@@ -625,6 +650,7 @@ def main():
             hosts=dict(type="list", elements="str", default=[]),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             master=dict(type="str"),
+            replace_master=dict(type="bool", default=False),
             protected=dict(type="list", elements="str", default=[]),
             wait=dict(type="bool", default=False),
             timeout=dict(type="float", default=DEFAULT_TIMEOUT),

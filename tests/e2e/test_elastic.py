@@ -4,7 +4,8 @@ then add a worker again (issue 9: the lost node must not hold it up), drain a
 worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
 instance launched from the worker template by hand, launch up to
 dt_desired_workers), delete an elastic tag and reconcile again, run add_workers and
-remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd restarts it); the job finishes,
+remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd restarts it), kill the
+master's node and re-run bootstrap (a new master resumes the job); the job finishes,
 host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
@@ -26,7 +27,7 @@ CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
 # Long enough that the last membership change (the concurrent add + remove) lands before the end
 # on a busy 2-core machine.
-EPOCHS = 200
+EPOCHS = 220
 TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
@@ -131,6 +132,26 @@ def test_elastic_membership_end_to_end(cloud):
         assert gens[0]["resume_path"] and gens[0]["membership"] == job.hosts(), gens[0]
         assert _log(job)[-1][0] == seq_before                                   # no entry lost or doubled
 
+        # the master's node dies: re-running bootstrap replaces it (the old instance no longer answers
+        # SSH) and the job resumes on the new master from the last checkpoint on the shared volume
+        lost_master = master
+        subprocess.run(["podman", "kill", _nodes(env)[lost_master]["id"]], env=env, check=True, timeout=60)
+        t0 = time.monotonic()
+        out = _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW,
+                                         "dt_master_lost_timeout": 20})
+        nodes = _nodes(env)
+        (master,) = [ip for ip, n in nodes.items()
+                     if n["tags"].get("dynatrain:role") == "master" and n["state"] == "running"]
+        assert master != lost_master and nodes[lost_master]["state"] in ("shutting-down", "terminated")
+        assert "did not answer SSH" in " ".join(out.split()), out[-3000:]
+        job.wait_for("the job to resume on the new master",
+                     lambda: job.final() or (job.status().get("master") == master
+                                             and job.status().get("state") == "running"), 300)
+        print("master lost -> bootstrap -> training again: %.1f s" % (time.monotonic() - t0), flush=True)
+        assert job.hosts()[-1] == master and lost_master not in job.hosts()
+        assert _log(job)[-2:] == [(seq_before + 1, "REMOVED", lost_master), (seq_before + 2, "ADDED", master)]
+        assert not os.path.exists(os.path.join(efs, "prepare_data_success_" + lost_master))
+
         # remove the newest elastic worker, then a base worker
         _run_ok(env, "remove_workers", {"count": 1})
         nodes = _nodes(env)
@@ -228,7 +249,8 @@ def test_elastic_membership_end_to_end(cloud):
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted(entry[1:] for entry in log) == sorted(
-            [("ADDED", base), ("ADDED", master)] + [("ADDED", ip) for ip in added]
+            [("ADDED", base), ("ADDED", lost_master), ("REMOVED", lost_master), ("ADDED", master)]
+            + [("ADDED", ip) for ip in added]
             + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0]),
                ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip),
                ("ADDED", concurrent[0]), ("REMOVED", replacement[0])])

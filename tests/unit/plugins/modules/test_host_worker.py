@@ -205,6 +205,28 @@ def test_master_mismatch(efs):
     assert_fails(efs, "ends with 10.0.0.1.*master=10.0.0.9", hosts=["10.0.0.4"], master="10.0.0.9")
 
 
+def test_replace_master_after_the_master_was_lost(efs):
+    # bootstrap re-run after the master died: a new master, one more worker, the workers kept
+    res = run(params(efs, hosts=["10.0.0.2", "10.0.0.4"], master="10.0.0.9", replace_master=True))
+    assert res["changed"] is True
+    assert res["added"] == ["10.0.0.9", "10.0.0.4"] and res["removed"] == ["10.0.0.1"]
+    assert text(efs) == "# base workers\n10.0.0.2\n10.0.0.3\n# master\n10.0.0.4\n10.0.0.9\n"
+    # idempotent: the same request again changes nothing
+    again = run(params(efs, hosts=["10.0.0.2", "10.0.0.4"], master="10.0.0.9", replace_master=True))
+    assert again["changed"] is False and text(efs).endswith("10.0.0.9\n")
+
+
+def test_replace_master_that_was_a_worker(efs):
+    res = run(params(efs, master="10.0.0.3", replace_master=True))
+    assert res["removed"] == ["10.0.0.1"]
+    assert text(efs) == "# base workers\n10.0.0.2\n# master\n10.0.0.3\n"
+
+
+def test_replace_master_does_not_apply_to_removals(efs):
+    assert_fails(efs, "ends with 10.0.0.1.*master=10.0.0.9", hosts=["10.0.0.2"], state="absent",
+                 master="10.0.0.9", replace_master=True)
+
+
 @pytest.mark.parametrize("field,value", [
     ("hosts", ["10.0.0.4", "10.0.0.300"]),
     ("hosts", ["worker-4"]),
