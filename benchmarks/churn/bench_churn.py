@@ -251,8 +251,8 @@ def print_table(res):
     a = res["actions"]
     print("")
     print("goodput under churn (local transport, %d cores, 4 workers, --recovery %s, --spare-depth %d, %.0f s, "
-          "%d drains, %d kills, %d re-adds)" % (os.cpu_count(), res["recovery"], res["spare_depth"],
-                                               res["duration_s"], a["drain"], a["kill"], a["add"]))
+          "%d drains, %d kills, %d re-adds)"
+          % (os.cpu_count(), res["recovery"], res["spare_depth"], res["duration_s"], a["drain"], a["kill"], a["add"]))
     print("")
     print("| metric | value |")
     print("|---|---:|")

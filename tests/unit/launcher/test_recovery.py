@@ -4,7 +4,6 @@ Real MXNet runs (--transport local, 127.x addresses) plus the launcher's decisio
 """
 import json
 import os
-import queue
 import signal
 import subprocess
 import textwrap
@@ -156,8 +155,8 @@ def test_recover_asks_survivors_in_rank_order_and_reports(tmp_path):
     answer = la.recover(g, {B: "lost"})
     assert answer["ok"] and answer["step"] == 7 and good.sent
     evs = [json.loads(l) for l in open(os.path.join(str(tmp_path), "events.jsonl"))]
-    assert [e["event"] for e in evs if e["event"].startswith("recovery")] == ["recovery_unavailable",
-                                                                             "recovery_checkpoint"]
+    recovery = [e["event"] for e in evs if e["event"].startswith("recovery")]
+    assert recovery == ["recovery_unavailable", "recovery_checkpoint"]
     assert loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "x", "--recovery",
                                      "checkpoint"])).recover(g, {B: "lost"}) is None
 

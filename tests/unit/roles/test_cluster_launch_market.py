@@ -69,7 +69,8 @@ def _launch(tmp_path, endpoint, count, **variables):
     path.write_text(yaml.safe_dump(play))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_MAX_ATTEMPTS="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     return " ".join((proc.stdout + proc.stderr).split())  # messages are folded across lines
 
 
