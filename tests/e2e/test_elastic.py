@@ -144,9 +144,10 @@ def test_elastic_membership_end_to_end(cloud):
                      if n["tags"].get("dynatrain:role") == "master" and n["state"] == "running"]
         assert master != lost_master and nodes[lost_master]["state"] in ("shutting-down", "terminated")
         assert "did not answer SSH" in " ".join(out.split()), out[-3000:]
+        # the new launcher logs the change at its first step on the new master
         job.wait_for("the job to resume on the new master",
-                     lambda: job.final() or (job.status().get("master") == master
-                                             and job.status().get("state") == "running"), 300)
+                     lambda: job.final() or (job.status().get("master") == master and len(_log(job)) >= seq_before + 3),
+                     300)
         print("master lost -> bootstrap -> training again: %.1f s" % (time.monotonic() - t0), flush=True)
         assert job.hosts()[-1] == master and lost_master not in job.hosts()
         assert _log(job)[-2:] == [(seq_before + 1, "REMOVED", lost_master), (seq_before + 2, "ADDED", master)]
