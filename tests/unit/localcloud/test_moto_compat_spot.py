@@ -11,8 +11,6 @@ from botocore.exceptions import ClientError
 
 from localcloud import moto_compat
 
-moto_server = pytest.importorskip("moto.server")
-
 
 def _free_port():
     with socket.socket() as s:
@@ -21,13 +19,9 @@ def _free_port():
 
 
 @pytest.fixture(scope="module")
-def endpoint():
+def endpoint(moto_endpoint):
     moto_compat.apply()
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield "http://127.0.0.1:%d" % port
-    server.stop()
+    return moto_endpoint
 
 
 @pytest.fixture

@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def cloud():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
+def cloud(moto_endpoint):
+    url = moto_endpoint
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url, **{k.lower(): v for k, v in CREDS.items()})
     # an image of our own (moto's stock AMIs carry the same ids in every region)
     stock = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -37,7 +26,6 @@ def cloud():
     ec2.terminate_instances(InstanceIds=[instance])
     image = ec2.describe_images(ImageIds=[image_id])["Images"][0]
     yield {"url": url, "ec2": ec2, "image": image}
-    server.stop()
 
 
 def settings(cloud, **overrides):

@@ -4,7 +4,6 @@ answers SSH here, so each launch ends in the role's clean-up: the instances it
 launched are terminated; what matters is which market each was launched in)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -21,22 +20,11 @@ if ROOT not in sys.path:
 
 from localcloud import moto_compat  # noqa: E402
 
-moto_server = pytest.importorskip("moto.server")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
-def cloud():
+def cloud(moto_endpoint):
     moto_compat.apply()
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = "http://127.0.0.1:%d" % port
+    endpoint = moto_endpoint
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="localcloud",
                        aws_secret_access_key="localcloud", config=Config(retries={"total_max_attempts": 1}))
     data = {"ImageId": ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"], "InstanceType": "t3.micro"}
@@ -45,7 +33,6 @@ def cloud():
         "MarketType": "spot", "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}))
     yield endpoint, ec2
     moto_compat.set_spot_capacity(None)
-    server.stop()
 
 
 def _launch(tmp_path, endpoint, count, **variables):
