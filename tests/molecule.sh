@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Every role's molecule scenario (podman driver, the local node image).
+# Every molecule scenario (molecule/<name>: one per role, podman driver and the
+# local node image, plus the cluster-level `lifecycle` on the local cloud), run from
+# the repository root as `molecule test -s NAME`, each with its wall time.
+# DT_MOLECULE_SCENARIOS="node_base lifecycle" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export PATH="$ROOT/.venv/bin:$PATH"
 export CONTAINERS_CONF="$ROOT/localcloud/containers.conf"
+scenarios=${DT_MOLECULE_SCENARIOS:-$(for f in molecule/*/molecule.yml; do basename "$(dirname "$f")"; done)}
 rc=0
-for scen in roles/*/molecule/*/molecule.yml; do
-  role_dir=${scen%%/molecule/*}
-  name=$(basename "$(dirname "$scen")")
-  echo "--- molecule: $role_dir ($name)"
+for name in $scenarios; do
+  echo "--- molecule: $name"
   t0=$SECONDS
-  if (cd "$role_dir" && molecule test -s "$name"); then
-    echo "--- molecule: $role_dir ($name) passed in $((SECONDS - t0))s"
+  if molecule test -s "$name"; then
+    echo "--- molecule: $name passed in $((SECONDS - t0))s"
   else
-    echo "--- molecule: $role_dir ($name) FAILED after $((SECONDS - t0))s"; rc=1
+    echo "--- molecule: $name FAILED after $((SECONDS - t0))s"; rc=1
   fi
 done
 exit $rc

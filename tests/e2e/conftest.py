@@ -80,22 +80,33 @@ def _cluster_exists(env, name):
     return bool(running or ec2.describe_vpcs(Filters=filters)["Vpcs"])
 
 
+def user_env():
+    """A user's shell after `source .venv/bin/activate` and nothing else: no AWS_*, no
+    ANSIBLE_*, no CONTAINERS_CONF. The playbooks find the local cloud through the
+    local inventory's settings (inventories/local), as the README promises."""
+    env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TERM", "TMPDIR") if k in os.environ}
+    venv_bin = os.path.dirname(sys.executable)
+    env.update(PATH=venv_bin + os.pathsep + "/usr/local/bin:/usr/bin:/bin", VIRTUAL_ENV=os.path.dirname(venv_bin))
+    return env
+
+
 def _playbook_cmd(name, extra):
     if "dt_cluster_name" in extra:
         CLUSTERS[extra["dt_cluster_name"]] = {k: v for k, v in extra.items()
                                               if k in ("dt_cluster_name", "dt_vpc_cidr", "dt_subnet_cidr")}
-    return [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-            os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(extra)]
+    # `ansible-playbook <name>.yml -e ...` at the repository root, exactly as a user types it.
+    return ["ansible-playbook", name + ".yml", "-e", json.dumps(extra)]
 
 
 def playbook(env, name, extra, timeout=1200):
-    """Run playbooks/<name>.yml; returns (rc, output)."""
-    proc = subprocess.run(_playbook_cmd(name, extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    """Run `ansible-playbook <name>.yml` at the root in a user's shell (user_env(); `env`
+    is the test's own environment, for its boto3 and podman calls); returns (rc, output)."""
+    proc = subprocess.run(_playbook_cmd(name, extra), cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
     return proc.returncode, proc.stdout
 
 
 def start_playbook(env, name, extra):
-    """Start playbooks/<name>.yml in the background; the caller collects it (communicate)."""
-    return subprocess.Popen(_playbook_cmd(name, extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    """Start `ansible-playbook <name>.yml` in the background; the caller collects it (communicate)."""
+    return subprocess.Popen(_playbook_cmd(name, extra), cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)

@@ -81,6 +81,13 @@ def _run_ok(env, name, extra):
 def test_elastic_membership_end_to_end(cloud):
     env = cloud
     try:
+        # a bad worker_count creates nothing
+        for bad in ("-1", "abc"):
+            rc, out = playbook(env, "bootstrap", dict(NET, worker_count=bad))
+            assert rc != 0 and "worker_count=%s is not valid" % bad in out and "Nothing was created" in out, out[-3000:]
+        assert not _boto(env, "ec2").describe_vpcs(
+            Filters=[{"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]}])["Vpcs"]
+
         _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
         job = _job(env)
         efs = job.efs_dir()
