@@ -16,6 +16,12 @@ capacity runs out: `set_spot_capacity(n)` (the daemon's control endpoint,
 at start) caps the pending/running spot instances; a spot RunInstances beyond
 it fails like EC2's (InsufficientInstanceCapacity, HTTP 500).
 
+EC2's GetConsoleOutput returns what the instance printed on its console, among
+it cloud-init's SSH host key fingerprints (the product checks scanned host keys
+against them); moto returns a fixed sample. Here it is the node's console: the
+journal of its boot, where localcloud-init prints the fingerprints as cloud-init
+does. A node with no container (yet) gets moto's sample, which lists none.
+
 `apply()` must run before the moto server handles its first request.
 """
 
@@ -194,6 +200,32 @@ def _patch_launch_template_tags():
     LaunchTemplateBackend.create_launch_template = create_launch_template
 
 
+def _node_console(instance_id):
+    """The node's boot messages (its journal), or None when it has no running container."""
+    from . import podman
+
+    try:
+        proc = podman.exec_(instance_id, ["journalctl", "-b", "-o", "cat", "--no-pager"], timeout=20)
+    except Exception:  # noqa: BLE001  a podman failure is "no console yet", as on EC2
+        return None
+    return proc.stdout if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _patch_console_output():
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.ec2.responses import general
+    from moto.ec2.utils import Base64EncodedString
+
+    def get_console_output(self):
+        instance = self.ec2_backend.get_instance(self._get_param("InstanceId"))
+        text = _node_console(instance.id) or general.SAMPLE_CONSOLE_OUTPUT
+        return ActionResult({"InstanceId": instance.id, "Timestamp": utcnow(),
+                             "Output": Base64EncodedString.from_raw_string(text)})
+
+    general.General.get_console_output = get_console_output
+
+
 def apply():
     """Fill the gaps above in moto (idempotent)."""
     global _APPLIED
@@ -214,6 +246,7 @@ def apply():
     _patch_launch_template_network()
     _patch_launch_template_tags()
     _patch_spot_market()
+    _patch_console_output()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

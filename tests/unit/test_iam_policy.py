@@ -32,6 +32,9 @@ MODULE_ACTIONS = {
     "amazon.aws.ec2_tag": {"ec2:DescribeTags", "ec2:CreateTags"},
     "amazon.aws.ec2_vpc_subnet_info": {"ec2:DescribeSubnets"},
     "amazon.aws.ec2_security_group_info": {"ec2:DescribeSecurityGroups"},
+    # our modules that call AWS
+    "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
+    "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
     "community.aws.efs_info": {"elasticfilesystem:DescribeFileSystems", "elasticfilesystem:DescribeTags",
                                "elasticfilesystem:DescribeMountTargets",
                                "elasticfilesystem:DescribeMountTargetSecurityGroups"},
@@ -161,7 +164,8 @@ def test_policy_allows_every_call_of_a_reconcile_pass(statements):
     assert ROOT / "roles" / "cluster" / "tasks" / "launch.yml" in files
     modules = set()
     for path in files:
-        modules |= set(re.findall(r"^\s*((?:amazon|community)\.aws\.\w+):", path.read_text(encoding="utf-8"), re.M))
+        modules |= set(re.findall(r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_az)):",
+                              path.read_text(encoding="utf-8"), re.M))
     unknown = modules - set(MODULE_ACTIONS)
     assert not unknown, f"AWS modules of the reconcile pass without their IAM actions here: {sorted(unknown)}"
     needed = INVENTORY_ACTIONS.union(*(MODULE_ACTIONS[m] for m in modules))
