@@ -40,6 +40,8 @@ MODULE_ACTIONS = {
                                "elasticfilesystem:DescribeMountTargetSecurityGroups"},
 }
 # plugins/inventory/ec2_elastic.py: one DescribeInstances per region, one batched DescribeInstanceTypes.
+# A task line calling an AWS module: amazon.aws / community.aws, or one of ours that calls AWS.
+AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_az)):"
 INVENTORY_ACTIONS = {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes"}
 
 
@@ -164,8 +166,8 @@ def test_policy_allows_every_call_of_a_reconcile_pass(statements):
     assert ROOT / "roles" / "cluster" / "tasks" / "launch.yml" in files
     modules = set()
     for path in files:
-        modules |= set(re.findall(r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_az)):",
-                              path.read_text(encoding="utf-8"), re.M))
+        text = path.read_text(encoding="utf-8")
+        modules |= set(re.findall(AWS_MODULE, text, re.M))
     unknown = modules - set(MODULE_ACTIONS)
     assert not unknown, f"AWS modules of the reconcile pass without their IAM actions here: {sorted(unknown)}"
     needed = INVENTORY_ACTIONS.union(*(MODULE_ACTIONS[m] for m in modules))

@@ -42,7 +42,7 @@ def test_key_fingerprint_is_ssh_keygens(keys):
 
 
 def test_console_fingerprints_with_and_without_the_ec2_prefix(keys):
-    fps = [fp for _, fp in keys]
+    fps = [pair[1] for pair in keys]
     for prefix in ("ec2: ", ""):
         listed = console_fingerprints(_console(*fps, prefix=prefix))
         assert listed == {fp.split()[1]: "ED25519" for fp in fps}
