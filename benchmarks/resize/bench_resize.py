@@ -6,7 +6,9 @@ Prints a table:
     (median of N resizes alternating up and down), with --resize-at step (ours)
     and --resize-at epoch (DT's behaviour);
   * training throughput of the elastic launcher vs a plain MXNet dist_sync job
-    (same hosts, same model, same global batch), as a ratio.
+    (same hosts, same model, same global batch), as a ratio, over the whole run
+    (``benchmarks/throughput/bench_throughput.py`` measures the steady state, for the
+    MLP and the conv net, and reuses the runners here).
 
     python benchmarks/resize/bench_resize.py [--python .localcloud/node-venv/bin/python] [--resizes 6]
 

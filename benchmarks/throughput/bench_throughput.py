@@ -49,7 +49,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON") or bench_resize.NODE_PYTHON)
     ap.add_argument("--models", default="mlp,conv")
-    ap.add_argument("--epochs", default="200,40",
+    ap.add_argument("--epochs", default="300,100",
                     help="epochs per run for each model, in --models order (the first is not counted)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per model and kind; the median is printed")
     ap.add_argument("--resizes", type=int, default=6, help="resizes to time (alternating up/down), 0 = none")

@@ -500,8 +500,8 @@ def _weak_handler(method):
 
     def handler(msg):
         fn = ref()
-        if fn is None:
-            emit("recovery", ok=False, generation=msg.get("generation"), reason="training finished")
-        else:
+        if fn is not None:
             fn(msg)
+        elif msg.get("kind") == CMD_RECOVER:      # the launcher waits for an answer; a stop needs none
+            emit("recovery", ok=False, generation=msg.get("generation"), reason="training finished")
     return handler
