@@ -6,7 +6,9 @@ Prints a table:
     (median of N resizes alternating up and down), with --resize-at step (ours)
     and --resize-at epoch (DT's behaviour);
   * training throughput of the elastic launcher vs a plain MXNet dist_sync job
-    (same hosts, same model, same global batch), as a ratio.
+    (same hosts, same model, same global batch), as a ratio, over the whole run
+    (``benchmarks/throughput/bench_throughput.py`` measures the steady state, for the
+    MLP and the conv net, and reuses the runners here).
 
     python benchmarks/resize/bench_resize.py [--python .localcloud/node-venv/bin/python] [--resizes 6]
 
@@ -115,35 +117,73 @@ def resize_latencies(py, data, resize_at, n, port_base, step_sleep):
     return out
 
 
-def elastic_throughput(py, data, port_base, epochs):
+def spares_ready(efs):
+    """True once the launcher reports all its pre-warmed spares ready (status.json)."""
+    try:
+        with open(os.path.join(efs, "status.json")) as handle:
+            st = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return bool(st.get("spares_wanted")) and st.get("spares_ready", 0) >= st["spares_wanted"]
+
+
+def elastic_throughput(py, data, port_base, epochs, script_args=(), launcher_args=(), steady=False):
+    """Samples/s of a 2-worker run between epoch ends after the first one.
+
+    ``steady``: only epochs that end after the launcher's spare processes are warm (their MXNet
+    import competes for the CPU while they start; on one 2-core box that is all the "hosts").
+    """
     efs = tempfile.mkdtemp(prefix="dtbench-")
     write_hosts(efs, ["127.0.0.82", "127.0.0.81"])
-    proc = launcher(efs, py, data, "step", ["--epochs", str(epochs), "--checkpoint-every", "0"], port_base)
+    proc = launcher(efs, py, data, "step", ["--epochs", str(epochs), "--checkpoint-every", "0"] + list(script_args),
+                    port_base, launcher_args)
     try:
+        warm_at = 0.0
+        while steady and not warm_at and proc.poll() is None:
+            if spares_ready(efs):
+                warm_at = time.time()
+            time.sleep(0.1)
         proc.wait(300)
         ep = [e for e in events(efs) if e["event"] == "epoch"]
+        if steady:
+            ep = [e for e in ep if e["time"] >= warm_at]
+        if len(ep) < 3:
+            with open(os.path.join(efs, "launcher.out"), "rb") as handle:
+                tail = handle.read()[-3000:].decode("utf-8", "replace")
+            raise SystemExit("benchmark: the elastic run logged %d epochs%s (raise --epochs); launcher log tail:\n%s"
+                             % (len(ep), " after its spares were warm" if steady else "", tail))
         # epochs after the first (warm), time between consecutive epoch ends
         n = sum(e["samples"] for e in ep[1:])
         dt = ep[-1]["time"] - ep[0]["time"]
         return n / dt
     finally:
+        stop(proc)
         shutil.rmtree(efs, ignore_errors=True)
 
 
-def plain_throughput(py, data, port, epochs):
+def plain_throughput(py, data, port, epochs, script_args=()):
     base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.91", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
                 DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
     procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
              for r in ("scheduler", "server")]
-    workers = [subprocess.Popen([py, os.path.join(HERE, "plain_digits.py"), "--data", data, "--epochs", str(epochs)],
+    workers = [subprocess.Popen([py, os.path.join(HERE, "plain_digits.py"), "--data", data, "--epochs", str(epochs)]
+                                + list(script_args),
                                 env=dict(base, DMLC_ROLE="worker", DMLC_NODE_HOST=ip), stdout=subprocess.PIPE)
                for ip in ("127.0.0.92", "127.0.0.91")]
     results = []
-    for w in workers:
-        out, _stderr = w.communicate(timeout=300)
-        results += [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
-    for p in procs:
-        p.wait(30)
+    try:
+        for w in workers:
+            out, _stderr = w.communicate(timeout=300)
+            results += [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
+    finally:
+        for p in procs + workers:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:        # a worker failed: the rest would wait forever
+                p.kill()
+                p.wait()
+    if not results:
+        raise SystemExit("benchmark: the plain dist_sync run printed no result")
     return results[0]["samples_per_s"]
 
 

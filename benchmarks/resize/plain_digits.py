@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Baseline: the same Gluon MLP on digits as a plain MXNet dist_sync job (no elastic helper).
+"""Baseline: the same Gluon net on digits as a plain MXNet dist_sync job (no elastic helper).
+
+The net is the example's (``dynatrain_runtime.examples.train_digits.build_net``, ``--model``).
 
 Started with the usual DMLC_* environment, one process per role.  Rank 0 prints one
 JSON line: {"samples_per_s": ..., "steps": ..., "seconds": ...}.
@@ -12,12 +14,16 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
+from dynatrain_runtime.elastic import init_trainer_kvstore
+from dynatrain_runtime.examples.train_digits import MODELS, build_net, forward_eval
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)
 ap.add_argument("--epochs", type=int, default=5)
 ap.add_argument("--global-batch", type=int, default=64)
 ap.add_argument("--lr", type=float, default=0.1)
 ap.add_argument("--seed", type=int, default=42)
+ap.add_argument("--model", choices=MODELS, default="mlp")
 args = ap.parse_args()
 
 with np.load(args.data) as d:
@@ -28,17 +34,13 @@ x, y = x[train], y[train]
 kv = mx.kv.create("dist_sync")
 rank, world = kv.rank, kv.num_workers
 mx.random.seed(args.seed)
-net = gluon.nn.HybridSequential()
-net.add(gluon.nn.Dense(128, activation="relu"), gluon.nn.Dense(10))
+net = build_net(args.model)
 net.initialize(mx.init.Xavier())
-net(nd.zeros((1, 64)))
+forward_eval(net, nd.zeros((1, 64)))
 net.hybridize()
 trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": 0.9},
                         kvstore=kv, update_on_kvstore=False)
-trainer._init_kvstore()
-trainer._init_params()
-nd.waitall()
-kv._barrier()
+init_trainer_kvstore(mx, trainer, kv)          # MXNet 1.9.1's own lazy init races (see its doc)
 loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 t0, samples, steps = None, 0, 0
 for epoch in range(args.epochs):

@@ -60,6 +60,28 @@ class CheckpointStore:
                 time.sleep(0.05)   # pruned between listdir and open: list again
         return None
 
+    @staticmethod
+    def read(path):
+        """``(path, meta)`` of the checkpoint at ``path``, or ``None`` (gone, or not one)."""
+        try:
+            with open(os.path.join(path, "meta.json")) as handle:
+                return path, json.load(handle)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def newest(self, reported=None):
+        """The newest of ``latest()`` and the checkpoint at ``reported`` (a path its writer reported).
+
+        The writer may be another node: on NFS the directory listing can lag behind (attribute
+        caching), while opening a path it named is consistent (close-to-open), so the path the
+        writer reported wins when it is newer than what the listing shows.
+        """
+        latest = self.latest()
+        named = self.read(reported) if reported else None
+        if named is not None and (latest is None or named[1].get("step", -1) > latest[1].get("step", -1)):
+            return named
+        return latest
+
     def write(self, step, meta, write_files=None):
         """Write checkpoint ``step``: ``write_files(tmpdir)`` adds the payload, then meta."""
         os.makedirs(self.directory, exist_ok=True)

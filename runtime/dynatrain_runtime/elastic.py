@@ -23,14 +23,19 @@ Semantics:
   a global step consumes the next ``global_batch`` not-yet-consumed samples of
   that order and splits them among the *current* workers (``shard``), so across
   any number of resizes every sample is used exactly once per epoch;
-* every step each worker contributes a control flag (one pushpull of a small
-  control vector); when the sum is > 0 every worker stops at that same step
-  boundary and rank 0 writes an atomic checkpoint (``CheckpointStore``);
-* a worker that dies costs at most the step in flight: at every boundary each worker keeps
-  an in-memory ``BoundarySnapshot`` (``recovery``) and, asked by the launcher (``recover``
-  on the stdin channel, served while the training thread is blocked with the dead peer),
-  one survivor writes it as a recovery checkpoint (``DT_RECOVERY=checkpoint`` turns this
-  off: a failure then rolls back to the last regular checkpoint);
+* a step does nothing a plain dist_sync step does not, besides cheap Python bookkeeping:
+  the stop boundary is chosen by the launcher and sent on the stdin channel (``stop`` /
+  ``stop_at``, see ``protocol``), every worker stops at that same step (or epoch) boundary
+  and rank 0 writes an atomic checkpoint (``CheckpointStore``); the loss/accuracy sums are
+  aggregated with one pushpull at the end of each epoch (every step only in the audit mode,
+  which also sums the sample indices to check exactly-once use);
+* a worker that dies costs at most the step in flight and those since the newest boundary
+  snapshot (``recovery`` states the bound): each worker issues an in-memory
+  ``BoundarySnapshot`` (asynchronous copies, confirmed when the next is issued) at every
+  boundary, or every few of a toy model's so they cost <= 2 % (``SNAPSHOT_BUDGET``), and, asked by the launcher (``recover`` on the stdin channel, served while the training
+  thread is blocked with the dead peer), one survivor writes it as a recovery checkpoint
+  (``DT_RECOVERY=checkpoint`` turns this off: a failure then rolls back to the last
+  regular checkpoint);
 * ``--batch-policy fixed-global`` (per-worker batch = global / workers) or
   ``fixed-per-worker`` with linear LR scaling warmed up over K steps
   (``LrSchedule``; Goyal et al. 2017).
@@ -45,19 +50,22 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import weakref
 
 from .checkpoint import CheckpointStore
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
-from .jobfiles import JobFiles, append_jsonl, read_stop_request, write_json
-from .protocol import EXIT_STOPPED, emit, receive_assignment
-from .recovery import BoundarySnapshot
+from .jobfiles import JobFiles, append_jsonl, write_json
+from .protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED, MSG_STOP_ACK, emit, receive_assignment
+from .recovery import CONFIRM_WAIT, BoundarySnapshot
 
-CONTROL_KEY = 999983       # int kvstore key of the per-step control vector (Trainer uses 0..n-1)
+STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
+SNAPSHOT_BUDGET = 0.02     # recovery snapshots may take at most this share of the wall time (see _commit)
 
-# control vector layout: [stop, loss_sum, correct, count] + audit counts (optional)
-_C_STOP, _C_LOSS, _C_CORRECT, _C_COUNT, _C_HEAD = 0, 1, 2, 3, 4
+# metrics vector layout: [loss_sum, correct, count] + audit counts (audit mode); pushed at epoch ends
+# (every step in the audit mode), never for control: the stop boundary comes from the launcher
+_C_LOSS, _C_CORRECT, _C_COUNT, _C_HEAD = 0, 1, 2, 3
 
 
 class Batch:
@@ -71,9 +79,19 @@ class Batch:
             setattr(self, k, kw.get(k))
         self.loss, self.correct, self.count = 0.0, 0.0, float(sum(1 for w in self.weights if w > 0))
 
+    @property
+    def placeholder(self):
+        """True for a share with no sample (weight 0): the worker takes part in the step, adds nothing."""
+        return self.count == 0
+
     def report(self, loss=0.0, correct=0.0):
-        """Report this worker's summed (weighted) loss and correct predictions for the step."""
-        self.loss, self.correct = float(loss), float(correct)
+        """Report this worker's summed (weighted) loss and correct predictions for the step.
+
+        Floats, or MXNet NDArrays of one element: those are summed on the engine and read only
+        when the metrics are aggregated (epoch end), so reporting needs no per-step sync.
+        """
+        self.loss = loss if hasattr(loss, "asnumpy") else float(loss)
+        self.correct = correct if hasattr(correct, "asnumpy") else float(correct)
 
 
 class Elastic:
@@ -122,14 +140,26 @@ class Elastic:
         self._last_hb = 0.0
         self._on_epoch_end = []
         self._control_len = _C_HEAD + (self.num_samples if self.audit else 0)
+        self._local_stats = [0.0, 0.0, 0.0]      # this worker's sums since the last metrics pushpull
+        self._local_nd = []                      # reported NDArrays (loss, correct), summed at the pushpull
         self._meta_extra = {}
-        self._stop_checked = 0.0
-        self._stop_file = None
-        # survivor recovery: the last completed step's state, replaced at every boundary
+        # the stop boundary (protocol.stop_command): the step count this worker may not pass
+        # before it knows the boundary, the boundary, and its epoch/step mode
+        self._lock = threading.Lock()
+        self._stop_gate = None
+        self._stop_step = None
+        self._stop_mode = "step"
+        self._stop_known = threading.Event()
+        # survivor recovery: the last confirmed boundary's state, and the newest one still copying
         self.recovery = os.environ.get("DT_RECOVERY", "survivor") == "survivor"
         self._snapshot = None
+        self._pending = None
+        self._snap_cost = 0.0             # s one snapshot costs the training thread (smoothed)
+        self._snap_at = 0.0               # when the last one was issued
         if self.channel is not None:     # weakly: the kvstore must be freed with us, not at interpreter exit
-            self.channel.on("recover", _weak_handler(self._on_recover))
+            self.channel.on(CMD_RECOVER, _weak_handler(self._on_recover))
+            self.channel.on(CMD_STOP, _weak_handler(self._on_stop))
+            self.channel.on(CMD_STOP_AT, _weak_handler(self._on_stop_at))
 
     # ----------------------------------------------------------------- setup / resume
     def on_epoch_end(self, fn):
@@ -163,19 +193,8 @@ class Elastic:
             if self.audit:
                 self.audit_log = meta.get("audit") or self.audit_log
             self.resumed_from = self.step
-        self.kv.init(CONTROL_KEY, mx.nd.zeros((self._control_len,)))
-        # Initialise the Trainer's kvstore keys now and wait for the broadcast of rank 0's parameters
-        # to land.  Left lazy (first trainer.step), MXNet 1.9.1 dist_sync can race the broadcast pull
-        # against the first gradient push and hand rank 0 a corrupted weight (seen here: a layer's
-        # weights ~0 on rank 0 only, diverging training).
-        if getattr(trainer, "_kvstore_params", None) is not None and hasattr(trainer, "_init_kvstore"):
-            if not trainer._kv_initialized:
-                trainer._init_kvstore()
-            if trainer._params_to_init:
-                trainer._init_params()
-        mx.nd.waitall()
-        if "dist" in self.kv.type:
-            self.kv._barrier()
+        self.kv.init(STATS_KEY, mx.nd.zeros((self._control_len,)))
+        init_trainer_kvstore(mx, trainer, self.kv)
         mx.random.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
         if getattr(trainer, "_update_on_kvstore", False):
@@ -214,44 +233,59 @@ class Elastic:
                 return
         self.finished = True
 
-    def _stop_flag(self, batch):
-        req = None
-        if self.channel is not None and self.channel.stop is not None \
-                and int(self.channel.stop.get("generation", -1)) == self.generation:
-            req = self.channel.stop
-        else:
-            now = time.time()
-            if now - self._stop_checked >= 0.2:        # the file is polled at most 5x/s per worker
-                self._stop_checked = now
-                self._stop_file = read_stop_request(self.files)
-            filed = self._stop_file
-            if filed and int(filed.get("generation", -1)) == self.generation:
-                req = filed
-        if req is None:
-            return 0.0
-        if req.get("at", "step") == "epoch" and not batch.last_in_epoch:
-            return 0.0
-        return 1.0
+    # ----------------------------------------------------------------- stop boundary (channel thread)
+    def _on_stop(self, msg):
+        """``stop``: report the steps completed; from now on complete at most one more before ``stop_at``."""
+        if int(msg.get("generation", -1)) != self.generation:
+            return
+        with self._lock:
+            if self._stop_gate is None:
+                self._stop_gate = self.step + 1
+            done = self._stop_gate - 1
+        emit(MSG_STOP_ACK, generation=self.generation, host=self.host, rank=self.rank, step=done)
 
-    def _commit(self, batch, step_time):
+    def _on_stop_at(self, msg):
+        """``stop_at``: the boundary every worker stops at (the first >= step, or epoch end >= step)."""
+        if int(msg.get("generation", -1)) != self.generation:
+            return
+        with self._lock:
+            self._stop_step, self._stop_mode = int(msg["step"]), msg.get("at", "step")
+        self._stop_known.set()
+
+    def _stop_here(self, epoch_done):
+        """(training thread, at a boundary) True when this boundary is the agreed stop boundary."""
+        with self._lock:
+            gate = self._stop_gate
+        if gate is None:
+            return False
+        if self.step >= gate:              # the launcher waits for every worker's answer, then tells us
+            while not self._stop_known.wait(1.0):
+                pass
+        with self._lock:
+            target, mode = self._stop_step, self._stop_mode
+        if target is None or self.step < target:
+            return False
+        return mode != "epoch" or epoch_done
+
+    # ----------------------------------------------------------------- a step's commit
+    def _sync_stats(self, batch):
+        """The metrics pushpull (epoch ends; every step in the audit mode); adds the sums to the epoch."""
         mx = self.mx
         ctl = [0.0] * self._control_len
-        ctl[_C_STOP] = self._stop_flag(batch)
-        ctl[_C_LOSS], ctl[_C_CORRECT], ctl[_C_COUNT] = batch.loss, batch.correct, batch.count
+        for k in (0, 1):
+            values = [v for j, v in self._local_nd if j == k]
+            if values:                     # one sum on the engine, one read
+                self._local_stats[k] += float(mx.nd.add_n(*values).asnumpy().sum())
+        self._local_nd = []
+        ctl[_C_LOSS], ctl[_C_CORRECT], ctl[_C_COUNT] = self._local_stats
+        self._local_stats = [0.0, 0.0, 0.0]
         if self.audit:
             for i, w in zip(batch.indices, batch.weights):
                 if w > 0:
                     ctl[_C_HEAD + i] += 1.0
         arr, out = mx.nd.array(ctl), mx.nd.zeros((self._control_len,))
-        self.kv.pushpull(CONTROL_KEY, arr, out=out)
+        self.kv.pushpull(STATS_KEY, arr, out=out)
         agg = out.asnumpy()
-        now = time.time()
-        # state after the step
-        self.pos += batch.global_size
-        self.step += 1
-        self.train_time += step_time
-        self._recent.append((now, batch.global_size))
-        self._recent = self._recent[-50:]
         for k, c in ((0, _C_LOSS), (1, _C_CORRECT), (2, _C_COUNT)):
             self._epoch_stats[k] += float(agg[c])
         if self.audit:
@@ -262,9 +296,29 @@ class Elastic:
             if dup:
                 rec["dup"] = dup
             self.audit_log["steps"].append(rec)
+
+    def _commit(self, batch, step_time):
+        local = self._local_stats
+        for k, value in ((0, batch.loss), (1, batch.correct)):
+            if isinstance(value, float):
+                local[k] += value
+            else:
+                self._local_nd.append((k, value))
+        local[2] += batch.count
+        epoch_done = self.pos + batch.global_size >= self.num_samples
+        if self.audit or epoch_done:
+            self._sync_stats(batch)
+        now = time.time()
+        # state after the step
+        with self._lock:                   # the channel thread reads the step count (stop_ack)
+            self.pos += batch.global_size
+            self.step += 1
+        self.train_time += step_time
+        self._recent.append((now, batch.global_size))
+        if len(self._recent) > 50:
+            del self._recent[0]
         if self._gen_first_step is None:
             self._gen_first_step = now
-        epoch_done = self.pos >= self.num_samples
         if epoch_done:
             loss, correct, count = self._epoch_stats
             summary = {"epoch": self.epoch, "step": self.step, "world": self.world,
@@ -281,8 +335,8 @@ class Elastic:
                 fn(summary)
         if self.epoch >= self.epochs:
             self.finished = True
-        if agg[_C_STOP] > 0.5 and not self.finished:
-            self._snapshot = None        # the stop checkpoint is the boundary state
+        if not self.finished and self._stop_here(epoch_done):
+            self._snapshot = self._pending = None    # the stop checkpoint is the boundary state
             self.stopped = True
             self.save_checkpoint(reason="stop")
             self._emit_hb("stopped", force=True)
@@ -291,10 +345,29 @@ class Elastic:
             self.save_checkpoint(reason="final")
         elif self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self.save_checkpoint(reason="periodic")
-        if self.recovery and not self.finished:
-            self._snapshot = BoundarySnapshot.take(self.net, self.trainer, self.meta(),
-                                                   self.audit_log if self.audit else None)
+        if self.recovery and not self.finished and now - self._snap_at >= self._snap_cost / SNAPSHOT_BUDGET:
+            self._take_snapshot(now)
         self._emit_hb("running", force=(self.step == (self.resumed_from or 0) + 1))
+
+    def _take_snapshot(self, now):
+        """Confirm the pending snapshot, issue this boundary's.
+
+        Each costs the training thread a few engine calls (a copy per array), so one is issued
+        only when the wall time since the last is at least ``1 / SNAPSHOT_BUDGET`` times that
+        cost: every step for steps longer than that (a real model), every few steps of a toy
+        one.  A lost worker then costs the steps since the newest usable snapshot: at most two
+        such intervals (~0.1 s of training) plus the step in flight.
+        """
+        t0 = time.perf_counter()
+        if self._pending is not None:
+            # issued an interval ago and ordered before the weights' next update, which later forward
+            # passes needed: this returns at once (unless that step's collective never finishes)
+            self._snapshot = self._pending.wait()
+        self._pending = BoundarySnapshot.issue(self.net, self.trainer, self.meta(),
+                                               self.audit_log if self.audit else None)
+        cost = time.perf_counter() - t0
+        self._snap_cost = cost if not self._snap_cost else 0.8 * self._snap_cost + 0.2 * cost
+        self._snap_at = now
 
     def samples_per_s(self):
         if len(self._recent) < 2:
@@ -333,7 +406,9 @@ class Elastic:
     def _on_recover(self, msg):
         """(channel thread) A peer failed: write the last boundary's state as a recovery checkpoint."""
         gen = int(msg.get("generation", -1))
-        snap = self._snapshot
+        snap, pending = self._snapshot, self._pending
+        if pending is not None and pending.ready_within(CONFIRM_WAIT):
+            snap = pending              # its step's collective finished: the newest boundary
         fields = {"generation": self.generation, "host": self.host, "rank": self.rank}
         if gen != self.generation or snap is None:
             why = "another generation" if gen != self.generation else "no completed step to give"
@@ -388,14 +463,45 @@ class Elastic:
         return 0
 
 
+def init_trainer_kvstore(mx, trainer, kv):
+    """Initialise the Trainer's kvstore keys now: rank 0's parameters reach the servers before anyone pulls.
+
+    Left lazy (first ``trainer.step``), MXNet 1.9.1 dist_sync can race the broadcast pull against
+    the first gradient push and hand rank 0 a corrupted weight (seen: a layer's weights ~0 on rank 0
+    only).  ``Trainer._init_params`` broadcasts key by key (init, then pull); here every key is
+    initialised, rank 0 waits for its init pushes (the engine completes them on the servers'
+    answer), a barrier, then every worker pulls: no pull can reach a server before its key's
+    value.  Shared with the plain dist_sync baseline of the benchmarks.
+    """
+    if getattr(trainer, "_kvstore_params", None) is None or not hasattr(trainer, "_init_kvstore"):
+        return
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    store = trainer._kvstore
+    ready = [p for p in trainer._params_to_init if not p._deferred_init]
+    if store is not None and ready:
+        arrays = [(trainer._param2idx[p.name], p._check_and_get(p._data, list)) for p in ready]
+        for idx, arrs in arrays:
+            store.init(idx, arrs[0])
+        mx.nd.waitall()
+        if "dist" in store.type:
+            store._barrier()
+        for idx, arrs in arrays:
+            store.pull(idx, arrs, priority=-idx)
+        trainer._params_to_init = [p for p in trainer._params_to_init if p._deferred_init]
+    mx.nd.waitall()
+    if "dist" in kv.type:
+        kv._barrier()
+
+
 def _weak_handler(method):
     """A channel handler that does not keep ``method``'s object alive."""
     ref = weakref.WeakMethod(method)
 
     def handler(msg):
         fn = ref()
-        if fn is None:
-            emit("recovery", ok=False, generation=msg.get("generation"), reason="training finished")
-        else:
+        if fn is not None:
             fn(msg)
+        elif msg.get("kind") == CMD_RECOVER:      # the launcher waits for an answer; a stop needs none
+            emit("recovery", ok=False, generation=msg.get("generation"), reason="training finished")
     return handler

@@ -3,10 +3,21 @@
 Process -> launcher: machine-readable lines on stdout, ``@@DT {json}`` (``emit``).
 Launcher -> process: JSON lines on stdin; the first is the role assignment (the
 process was started pre-warmed, MXNet already imported), later ones are commands:
-``stop`` at a boundary (polled by the training loop) and ``recover`` (a peer failed:
-write the last completed step's state as a recovery checkpoint).  Commands with a
-registered handler run on the channel's own thread, so they are served even while the
-training thread is blocked in a collective with a dead peer.  Pure Python.
+
+* ``stop`` / ``stop_ack`` / ``stop_at``: the stop boundary, chosen by the launcher so the
+  workers need no per-step collective to agree on it.  The launcher sends every worker
+  ``stop``; each answers at once (from its channel thread) ``stop_ack`` with ``step`` =
+  the steps it has completed, b, and from then on may complete at most one more step
+  (b + 1) before it knows the boundary.  Once every worker has answered, the launcher sends
+  ``stop_at`` with ``step`` S = max(b) + 1: nobody is past S, and dist_sync lets every
+  worker reach it, so all stop at the first boundary >= S (``at`` = "step"), or at the
+  first epoch end >= S (``at`` = "epoch"), and rank 0 checkpoints it.
+* ``recover`` (a peer failed): write the last completed step's state as a recovery
+  checkpoint.
+
+Commands with a registered handler run on the channel's own thread, so they are served
+even while the training thread is blocked in a collective (a dead peer, or a peer that
+waits at its stop gate).  Pure Python.
 """
 
 from __future__ import annotations
@@ -22,6 +33,19 @@ EXIT_RETIRED = 0           # a pre-warmed process that was never used
 EXIT_ORPHANED = 70         # the launcher (or the ssh session) went away
 MSG_PREFIX = "@@DT "       # worker -> launcher messages on stdout
 RESIZE_AT = ("step", "epoch")
+# launcher -> worker commands and the worker's answer (the one home of these names)
+CMD_STOP, CMD_STOP_AT, CMD_RECOVER = "stop", "stop_at", "recover"
+MSG_STOP_ACK = "stop_ack"
+
+
+def stop_command(generation, at, reason):
+    """Phase 1: every worker of ``generation`` reports its completed steps (``stop_ack``)."""
+    return {"kind": CMD_STOP, "generation": int(generation), "at": at, "reason": reason}
+
+
+def stop_at_command(generation, acks, at):
+    """Phase 2: the boundary S = max(acked steps) + 1 every worker stops at (see the module doc)."""
+    return {"kind": CMD_STOP_AT, "generation": int(generation), "step": max(int(b) for b in acks) + 1, "at": at}
 
 _EMIT_LOCK = threading.Lock()
 
@@ -56,14 +80,21 @@ class StdinChannel:
     read aborts the interpreter at exit on Python 3.11 ("_enter_buffered_busy").
     """
 
+    KEEP = (CMD_STOP, CMD_STOP_AT)   # kept until a handler is registered (it may come after them)
+
     def __init__(self):
-        self.stop = None          # the launcher's stop request {"generation": g, "at": "step"|"epoch"}
         self.handlers = {}        # kind -> fn(msg), run on the channel thread
+        self.held = {}            # kind -> the last such command that came before its handler
+        self._lock = threading.Lock()
         self._buf = b""
 
     def on(self, kind, handler):
-        """Run ``handler(msg)`` on the channel thread for every ``kind`` command."""
-        self.handlers[kind] = handler
+        """Run ``handler(msg)`` on the channel thread for every ``kind`` command (now for a held one)."""
+        with self._lock:
+            self.handlers[kind] = handler
+            held = self.held.pop(kind, None)
+        if held is not None:
+            handler(held)
 
     def _readline(self):
         while b"\n" not in self._buf:
@@ -115,11 +146,13 @@ class StdinChannel:
             except ValueError:
                 continue
             kind = msg.get("kind")
-            if kind == "stop":
-                self.stop = msg
-            elif kind in self.handlers:
-                self.handlers[kind](msg)
-            elif kind == "recover":       # nothing registered (yet): no state to give
+            with self._lock:
+                handler = self.handlers.get(kind)
+                if handler is None and kind in self.KEEP:
+                    self.held[kind] = msg
+            if handler is not None:
+                handler(msg)
+            elif kind == CMD_RECOVER:     # nothing registered (yet): no state to give
                 emit("recovery", ok=False, generation=msg.get("generation"), reason="no recovery handler",
                      host=os.environ.get("DT_WORKER_IP"))
 

@@ -2,14 +2,30 @@
 
 With ``update_on_kvstore=False`` every worker applies the same aggregated gradient to the
 same weights, so each one holds the job's full state: parameters, optimizer state and
-sampler position.  At every step boundary (all workers agreed on the step through the
-control pushpull) a worker takes a ``BoundarySnapshot``: device copies of the parameters
-and optimizer states (asynchronous engine copies, made before the next step can write
-them), the pickled optimizer and the checkpoint meta.  When a peer dies, the survivors
-block in the next collective; the launcher sends one of them ``recover`` on the stdin
-channel, whose thread writes the snapshot with ``CheckpointStore`` -- the regular
-checkpoint format, marked ``meta["recovery"]`` -- and the next generation resumes from
-it: only the step in flight is redone (its samples never reached the audit).
+sampler position.  At a step boundary a worker *issues* a ``BoundarySnapshot``: copies
+of the parameters and optimizer states queued on MXNet's engine (ordered after this step's
+update and before the next one's, so they hold exactly this boundary's state), the pickled
+optimizer and the checkpoint meta.  Nothing waits for them there: the training thread only
+confirms a snapshot when it issues the next one, after later forward passes needed the same
+update, so the wait is free.  A confirmed snapshot is never one whose step's collective did
+not finish.  ``Elastic`` issues one at a boundary when the wall time since the last is at
+least ``1 / SNAPSHOT_BUDGET`` (50) times what issuing costs (a few engine calls): every step
+for steps longer than that, every few steps of a toy model, so snapshots take <= 2 % of
+the time.
+
+When a peer dies, the survivors block in the next collective; the launcher sends one of
+them ``recover`` on the stdin channel, whose thread writes the newest snapshot with
+``CheckpointStore`` -- the regular checkpoint format, marked ``meta["recovery"]`` -- the
+pending one if its copies complete within ``CONFIRM_WAIT`` s (its step's collective
+finished), else the confirmed one.  The next generation resumes from it.
+
+Bound: a lost worker costs at most the steps since the newest usable snapshot -- the
+pending one when its step's collective finished, else the confirmed one -- plus the step in
+flight: at most two snapshot intervals (each the larger of one step and 50 times a copy's
+cost, a few tens of ms of training) plus one step.  With steps longer than 50 copies
+(a real model) that is the step in flight and, when the dead peer never pushed the previous
+step's gradients, that step too.  Redone steps never reached the audit (it is written with
+the snapshot), so every sample is still used once per epoch.
 
 MXNet is passed in (``mx``); the meta handling is pure Python.
 """
@@ -19,13 +35,16 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import threading
 import time
+
+CONFIRM_WAIT = 1.0        # s the recover handler waits for a pending snapshot's copies
 
 
 class BoundarySnapshot:
     """One step boundary's state, immutable once taken (a new one replaces it)."""
 
-    def __init__(self, step, meta, params, states, optimizer_blob, audit=None):
+    def __init__(self, step, meta, params, states, optimizer_blob, audit=None, complete=True):
         self.step = int(step)
         self.meta = meta                      # checkpoint meta without "audit", a private copy
         self.params = params                  # name -> NDArray copy (the save_parameters names)
@@ -33,26 +52,51 @@ class BoundarySnapshot:
         self.optimizer_blob = optimizer_blob  # pickle of the optimizer at the boundary
         self.audit = audit                    # (audit_log, n_steps, n_completed) or None
         self.taken = time.time()
+        self.complete = complete              # every copy is known to have completed
 
     @classmethod
-    def take(cls, net, trainer, meta, audit_log=None):
-        """Copy the boundary state of ``net``/``trainer`` (call after the step committed).
+    def issue(cls, net, trainer, meta, audit_log=None):
+        """Queue copies of the boundary state of ``net``/``trainer`` (call after the step committed).
 
         ``meta`` is the checkpoint meta of the boundary (its ``audit`` is ignored: the
-        append-only ``audit_log`` is kept by reference with its lengths).  Waits until the
-        copies are complete: a snapshot that depends on a collective that may never finish
-        (a dead peer) must never replace a good one.
+        append-only ``audit_log`` is kept by reference with its lengths).  Returns at once;
+        the snapshot is usable once ``wait()`` or ``ready_within()`` says its copies are
+        complete: one that depends on a collective that may never finish (a dead peer)
+        must never replace a good one.
         """
-        meta = json.loads(json.dumps({k: v for k, v in meta.items() if k != "audit"}))
+        meta = {k: v for k, v in meta.items() if k != "audit"}
+        if meta.get("lr_state") is not None:        # the only mutable part: a private copy
+            meta["lr_state"] = dict(meta["lr_state"])
         params = {key: p._reduce() for key, p in net._collect_params_with_prefix().items()}
         states = {i: _copy_state(s) for i, s in trainer._updaters[0].states.items()}
         blob = pickle.dumps(trainer._updaters[0].optimizer)
-        for arr in _arrays(list(params.values()) + list(states.values())):
-            arr.wait_to_read()
         audit = None
         if audit_log is not None:
             audit = (audit_log, len(audit_log["steps"]), len(audit_log["completed_epochs"]))
-        return cls(meta["step"], meta, params, states, blob, audit)
+        return cls(meta["step"], meta, params, states, blob, audit, complete=False)
+
+    @classmethod
+    def take(cls, net, trainer, meta, audit_log=None):
+        """``issue`` and wait for the copies."""
+        snap = cls.issue(net, trainer, meta, audit_log)
+        snap.wait()
+        return snap
+
+    def wait(self):
+        """Block until every copy is complete (forever if its step's collective never finishes)."""
+        for arr in _arrays(list(self.params.values()) + list(self.states.values())):
+            arr.wait_to_read()
+        self.complete = True
+        return self
+
+    def ready_within(self, timeout):
+        """True when the copies complete within ``timeout`` s (waited for on a helper thread)."""
+        if self.complete:
+            return True
+        waiter = threading.Thread(target=self.wait, name="dt-snapshot-wait", daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+        return self.complete
 
     def checkpoint_meta(self, **recovery):
         """The checkpoint meta of this boundary, marked as a recovery checkpoint."""

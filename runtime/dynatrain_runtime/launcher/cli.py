@@ -43,9 +43,18 @@ def parse_args(argv=None):
                     help="pre-warmed process sets per host; 2 keeps a second change soon after one fast "
                          "(frequent spot churn) at the memory of one more idle process per role [%(default)s]")
     ap.add_argument("--poll-interval", type=float, default=0.5, help="host_worker poll period, s [%(default)s]")
-    ap.add_argument("--dead-timeout", type=float, default=6.0, help="silence before a worker is FAILED, s")
-    ap.add_argument("--stall-timeout", type=float, default=12.0, help="no step progress before a stall, s")
-    ap.add_argument("--start-timeout", type=float, default=60.0, help="generation start to first step, s")
+    ap.add_argument("--dead-timeout", type=float, default=6.0,
+                    help="silence before a worker is FAILED, s (its liveness thread says 'alive' every second, "
+                         "whatever the step time) [%(default)s]")
+    ap.add_argument("--stall-timeout", type=float, default=12.0,
+                    help="no step progress before a stall, s: the floor of --timeout-steps x the step time "
+                         "[%(default)s]")
+    ap.add_argument("--start-timeout", type=float, default=60.0,
+                    help="generation start to first step, s: the floor of twice the last generation's start "
+                         "plus --timeout-steps x the step time [%(default)s]")
+    ap.add_argument("--timeout-steps", type=float, default=20.0,
+                    help="stall and start limits are at least this many observed step times (a slow model "
+                         "is not declared stalled between two of its steps) [%(default)s]")
     ap.add_argument("--stop-timeout", type=float, default=30.0, help="stop request to all workers stopped, s")
     ap.add_argument("--recovery", choices=("survivor", "checkpoint"), default="survivor",
                     help="after a lost worker resume from a survivor's state of the last completed step, or from "

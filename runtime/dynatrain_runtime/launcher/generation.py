@@ -22,6 +22,9 @@ class Generation:
         self.first_step_at = None
         self.stop_at = None
         self.stop_reason = None
+        self.stop_mode = "step"                 # "step" | "epoch"
+        self.stop_acks = {}                     # ip -> steps it had completed when it got "stop"
+        self.stop_boundary = None               # the step S sent in "stop_at"
         self.exited = {}                        # ip -> rc
         self.hb = {}                            # ip -> last hb msg
         self.progress_at = time.time()
@@ -36,6 +39,8 @@ class Generation:
         self.server_exit = None
         self.failed_at = None                   # when a failure was detected
         self.recovery = None                    # a survivor's answer to "recover" ({"ok": ..., "step": ...})
+        self.step_time = 0.0                    # observed seconds per step (smoothed), 0 = not yet known
+        self._rate_ref = None                   # (time, step) of the last progress used for step_time
 
     @property
     def world(self):
@@ -53,8 +58,13 @@ class Generation:
         self.started_hosts.add(proc.host)
         step = int(msg.get("step", 0))
         if step > self.max_step:
+            now = time.time()
+            if self._rate_ref is not None and self.first_step_at is not None:
+                per_step = (now - self._rate_ref[0]) / (step - self._rate_ref[1])
+                self.step_time = per_step if not self.step_time else 0.7 * self.step_time + 0.3 * per_step
+            self._rate_ref = (now, step)
             self.max_step = step
-            self.progress_at = time.time()
+            self.progress_at = now
         self.epoch = msg.get("epoch", self.epoch)
         if msg.get("rank") == 0 and msg.get("samples_per_s"):
             self.samples_per_s = float(msg["samples_per_s"])

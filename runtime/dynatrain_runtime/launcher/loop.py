@@ -21,6 +21,7 @@ import threading
 import time
 
 from ..checkpoint import CheckpointStore
+from ..protocol import MSG_STOP_ACK, stop_at_command, stop_command
 from ..jobfiles import (JobFiles, clear_drain_request, clear_stop_request, read_drain_requests, write_json,
                         write_stop_request)
 from .generation import Generation
@@ -55,6 +56,9 @@ class Launcher:
         self.reapers = []
         self.draining = {}                      # ip -> its drain request (spot notice), until it has left
         self.joining = None                     # hosts being added: {"hosts", "since"} while they warm up
+        self.reported_ckpt = None               # the newest checkpoint path a worker reported writing
+        self.step_time = 0.0                    # the last generation's observed s/step (timeouts scale)
+        self.last_start_s = 0.0                 # the last generation's start -> first step, s
 
     @property
     def master(self):
@@ -110,7 +114,7 @@ class Launcher:
         return self.gen_counter
 
     def start_generation(self, membership):
-        resume = self.store.latest()
+        resume = self.resume_point()
         gid = self.next_generation_id()
         port = self.args.port_base + (gid % 500)
         g = Generation(gid, membership, port, resume)
@@ -141,16 +145,34 @@ class Launcher:
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
         return g
 
+    def resume_point(self):
+        """``(path, meta)`` to resume from: the newest checkpoint, trusting the path its writer reported
+        over a directory listing that may lag on a shared volume (``CheckpointStore.newest``)."""
+        return self.store.newest(self.reported_ckpt)
+
     def request_stop(self, g, reason):
         if g.stop_at is not None:
             return
         g.stop_at = time.time()
         g.stop_reason = reason
         at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
-        write_stop_request(self.files, g.id, reason, at=at)
+        g.stop_mode = at
+        write_stop_request(self.files, g.id, reason, at=at)      # the record; workers get it on stdin
         for w in g.workers.values():
-            w.send({"kind": "stop", "generation": g.id, "at": at, "reason": reason})
+            w.send(stop_command(g.id, at, reason))
         self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
+
+    def decide_stop(self, g):
+        """Once every running worker reported its completed steps, send them all the stop boundary."""
+        if g.stop_at is None or g.stop_boundary is not None:
+            return
+        running = [h for h in g.workers if h not in g.exited]
+        if not running or any(h not in g.stop_acks for h in running):
+            return
+        cmd = stop_at_command(g.id, [g.stop_acks[h] for h in running], g.stop_mode)
+        g.stop_boundary = cmd["step"]
+        for h in running:
+            g.workers[h].send(cmd)
 
     def handle_msg(self, proc, msg):
         g = self.gen
@@ -168,16 +190,21 @@ class Launcher:
             if g.on_heartbeat(proc, msg):
                 self.on_first_step(g, msg)
         elif kind == "checkpoint":
-            g.last_ckpt = msg.get("path")
+            g.last_ckpt = self.reported_ckpt = msg.get("path")
             g.progress_at = time.time()
+        elif kind == MSG_STOP_ACK:
+            g.stop_acks[proc.host] = int(msg.get("step", 0))
         elif kind == "recovery":
             g.recovery = dict(msg, received_at=time.time())
+            if msg.get("ok") and msg.get("path"):
+                self.reported_ckpt = msg["path"]
         elif kind == "done":
             g.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
 
     def on_first_step(self, g, msg):
         g.first_step_at = time.time()
+        self.last_start_s = g.first_step_at - g.started
         self.failures_without_progress = 0
         self.state = "running"
         self.confirm(g.membership)
@@ -278,12 +305,23 @@ class Launcher:
         states = [self.spares.warm(h) for h in added]
         return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
+    def limits(self, g):
+        """``(start, stall)`` limits, s: the options are floors; a slow model gets --timeout-steps of its
+        observed step time (this generation's, else the last one's), and a start at least twice the last
+        generation's (checkpoint load and connection included)."""
+        a = self.args
+        step_time = g.step_time or self.step_time
+        stall = max(a.stall_timeout, a.timeout_steps * step_time)
+        start = max(a.start_timeout, 2.0 * self.last_start_s + a.timeout_steps * step_time)
+        return start, stall
+
     def _failures(self, g, now):
         a = self.args
+        start, stall = self.limits(g)
         failed = g.exited_badly(now, self.master)
-        failed.update(g.silent(now, failed, a.start_timeout, a.dead_timeout))
+        failed.update(g.silent(now, failed, start, a.dead_timeout))
         if not failed:
-            failed = g.stalled(now, self.master, a.start_timeout, a.stall_timeout)
+            failed = g.stalled(now, self.master, start, stall)
         return failed
 
     def _outcome(self, g, now, failed):
@@ -314,6 +352,7 @@ class Launcher:
             if now >= next_hw:
                 next_hw = now + self.args.poll_interval
                 self._check_host_worker(g, now)
+            self.decide_stop(g)
             result = self._outcome(g, now, self._failures(g, now))
             if result is not None:
                 return result
@@ -382,7 +421,7 @@ class Launcher:
         if drop:
             self.members.drop(drop)
             self.failures_without_progress = 0
-        latest = self.store.latest()
+        latest = self.resume_point()
         resume_step = latest[1]["step"] if latest else 0
         mark = (latest[1].get("recovery") or {}) if latest else {}
         from_survivor = mark.get("generation") == g.id       # (also when its answer came too late)
@@ -477,6 +516,7 @@ class Launcher:
                 waited = g.resize.get("warm_wait_s", 0)                # training went on meanwhile
                 g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - waited, 3)
             outcome, info = self.monitor(g)
+            self.step_time = g.step_time or self.step_time
             recovery = None
             if outcome == "failed":
                 self.report_failure(g, info)
@@ -520,7 +560,7 @@ class Launcher:
         self.kill_everything()
         if self.state != "finished":
             self.state = "stopped"
-            latest = self.store.latest()
+            latest = self.resume_point()
             self.out(f"stopped cleanly ({self.shutdown}); last checkpoint: {latest[0] if latest else None}")
             self.event("launcher_exit", reason=self.shutdown or "stopped",
                        checkpoint_step=latest[1]["step"] if latest else None)

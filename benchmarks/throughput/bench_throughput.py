@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Steady-state throughput of the elastic launcher vs plain MXNet dist_sync, side by side in one run.
+
+For each model of the example (``--model mlp``: a step of a few hundred microseconds, where any
+per-step overhead shows; ``--model conv``: a small conv net, a step closer to a real model's) it
+runs the same 2-worker job twice on this machine (127.x addresses, one OMP thread per process):
+under the elastic launcher (``dt-train-digits``, survivor recovery on, no periodic checkpoint)
+and as a plain ``dist_sync`` job (``benchmarks/resize/plain_digits.py``, the same net, batch and
+data), and prints samples/s and the ratio.  Runs alternate (elastic, plain, elastic, plain, ...)
+``--repeat`` times and the median is printed, so load from other processes hits both alike.
+
+    python benchmarks/throughput/bench_throughput.py [--python .localcloud/node-venv/bin/python] [--resizes 6]
+
+With ``--resizes N`` (default 6, 0 = none) the same run also measures the resize latency of
+``benchmarks/resize`` (``--resize-at step``, 2 <-> 3 workers, p50 of N alternating up/down).
+
+Steady state: plain counts epochs 2..N (the first is warm-up) on rank 0's clock; elastic the
+epochs that end after the launcher's pre-warmed spare processes are ready (starting them
+imports MXNet, which on one 2-core box competes with the training "hosts"; once warm they
+idle), from the rank-0 ``epoch`` records' times.  The example validates only after its last
+epoch here (``--eval-every 0``): the plain loop validates never, and that is the model's
+work, not the launcher's.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
+import bench_resize  # noqa: E402  (one home for the launcher/plain runners)
+
+
+def measure(py, data, model, epochs, repeat, port):
+    elastic, plain = [], []
+    for i in range(repeat):
+        elastic.append(bench_resize.elastic_throughput(py, data, port + 2 * i, epochs,
+                                                       ["--model", model, "--eval-every", "0"], steady=True))
+        plain.append(bench_resize.plain_throughput(py, data, port + 2 * i + 1 + 400, epochs, ["--model", model]))
+    return {"elastic": statistics.median(elastic), "plain": statistics.median(plain),
+            "elastic_runs": elastic, "plain_runs": plain}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON") or bench_resize.NODE_PYTHON)
+    ap.add_argument("--models", default="mlp,conv")
+    ap.add_argument("--epochs", default="300,100",
+                    help="epochs per run for each model, in --models order (the first is not counted)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per model and kind; the median is printed")
+    ap.add_argument("--resizes", type=int, default=6, help="resizes to time (alternating up/down), 0 = none")
+    ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="dtbench-data-")
+    data = os.path.join(tmp, "digits.npz")
+    subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
+                          stdout=subprocess.DEVNULL)
+    models = args.models.split(",")
+    epochs = [int(e) for e in args.epochs.split(",")]
+    if len(epochs) != len(models) or min(epochs) < 2:
+        ap.error("--epochs needs one count >= 2 per model of --models")
+    res = {}
+    try:
+        for n, model in enumerate(models):
+            res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n)
+            res[model]["epochs"] = epochs[n]
+        resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
+            if args.resizes else []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("")
+    print("elastic launcher vs plain dist_sync (2 workers, local transport, %d cores, median of %d runs)"
+          % (os.cpu_count(), args.repeat))
+    print("%-8s %7s %18s %18s %8s" % ("model", "epochs", "elastic samples/s", "plain samples/s", "ratio"))
+    print("-" * 64)
+    for model, r in res.items():
+        print("%-8s %7d %18.0f %18.0f %8.2f" % (model, r["epochs"], r["elastic"], r["plain"],
+                                               r["elastic"] / r["plain"]))
+    if resizes:
+        def p50(d=None):
+            vals = [r["edit_to_first_step_s"] for r in resizes if d is None or r["dir"] == d]
+            return statistics.median(vals) if vals else float("nan")
+
+        print("-" * 64)
+        print("resize (--resize-at step, 2<->3 workers, %d resizes): host_worker edit -> first new step, p50 s"
+              % len(resizes))
+        print("%-8s %7.2f   up %7.2f   down %7.2f" % ("all", p50(), p50("up"), p50("down")))
+    if args.json:
+        print(json.dumps(dict(res, resizes=resizes)))
+
+
+if __name__ == "__main__":
+    main()
