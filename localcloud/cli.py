@@ -218,8 +218,10 @@ def cmd_down(args):
         for name in _orphans():
             podman.remove(name)
             removed.append(name)
-    # The cloud is gone with moto's memory: so are its file systems and nodes.
-    for d in (config.efs_dir(), os.path.join(config.home(), "instances")):
+    # The cloud is gone with moto's memory: so are its file systems, its nodes and its
+    # clusters (their controller-side keys and pinned host keys would only make the next
+    # cloud's nodes, on the same addresses with new host keys, fail the strict check).
+    for d in (config.efs_dir(), os.path.join(config.home(), "instances"), config.clusters_dir()):
         shutil.rmtree(d, ignore_errors=True)
     for f in (config.pidfile(),):
         if os.path.exists(f):

@@ -84,8 +84,6 @@ fingerprints:
   sample: {"i-0123456789abcdef0": "SHA256:qW8iEeHKX3W0nW59VjxdhCUw0z299bqU4+KahUZnrqk"}
 """
 
-import base64
-
 try:
     import botocore
 except ImportError:
@@ -98,11 +96,8 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.console_host_key
 
 
 def console_text(client, instance_id):
-    out = client.get_console_output(InstanceId=instance_id, aws_retry=True).get("Output") or ""
-    try:
-        return base64.b64decode(out).decode("utf-8", "replace")
-    except (ValueError, TypeError):
-        return out  # already decoded by an older botocore
+    # botocore decodes the base64 of GetConsoleOutput itself (handlers.decode_console_output)
+    return client.get_console_output(InstanceId=instance_id, aws_retry=True).get("Output") or ""
 
 
 def main():
