@@ -262,7 +262,7 @@ confirm:
       C(pending) is empty when nothing changed or in check mode.
     - C(position) is the log's byte offset and last SEQ before the edit, C(started) the time of the edit
       (epoch seconds on the host that ran the module).
-  returned: always
+  returned: success
   type: dict
   sample: {"state": "present", "pending": ["172.31.70.11"], "position": [148, 3], "started": 1700000000.5}
 settled:
@@ -289,7 +289,7 @@ seconds_left:
   sample: 42.0
 msg:
   description: What the module waited for and how far it got.
-  returned: always
+  returned: when it waited (O(wait=true) and something changed, or O(confirm))
   type: str
   sample: "waiting for the launcher to confirm ADDED: confirmed [172.31.65.62], pending [172.31.70.11], 42 s left"
 launcher_log_tail:
