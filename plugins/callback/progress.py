@@ -62,6 +62,8 @@ from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 # Fields of a task's finish line, in this order.
 COUNTS = ("ok", "changed", "failed", "unreachable", "skipped", "ignored")
 MSG_LIMIT = 300
+# runs of a repeated symbol that only decorate a message (ssh's "@@@@@@...")
+DECORATION = re.compile(r"([@*=#~-])\1{3,}")
 # "namespace.collection.role : task" -> "role : task"
 ROLE_PREFIX = re.compile(r"^\w+\.\w+\.(\w+ : )")
 
@@ -71,9 +73,13 @@ def short_name(name):
     return ROLE_PREFIX.sub(r"\1", name.strip())
 
 
-def first_line(text, limit=MSG_LIMIT):
-    """The first non-empty line of ``text``, shortened to ``limit`` characters."""
-    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+def one_line(text, limit=MSG_LIMIT):
+    """``text`` as one line: its lines joined, banners of repeated symbols (ssh's @@@@) dropped, shortened.
+
+    The first line alone can be a banner (ssh's host key warning); joined, the
+    line says what happened, and ``limit`` keeps it short.
+    """
+    line = " ".join(DECORATION.sub(" ", str(text)).split())
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
@@ -81,7 +87,7 @@ def result_message(result):
     """What a task result says about itself, in one line."""
     for key in ("msg", "stderr", "reason"):
         if result.get(key):
-            return first_line(result[key])
+            return one_line(result[key])
     return ""
 
 

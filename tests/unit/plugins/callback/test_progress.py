@@ -82,7 +82,7 @@ def test_failure_prints_host_and_first_line_of_msg(cb):
                                   msg="timed out after 600 s waiting for the launcher\nlauncher log tail"))
     cb.v2_playbook_on_task_start(task("Next"), False)
     assert cb.screen.lines == [
-        "  FAILED 10.0.0.1: timed out after 600 s waiting for the launcher",
+        "  FAILED 10.0.0.1: timed out after 600 s waiting for the launcher launcher log tail",
         "  FAILED    0.0 s  Wait for the launcher's ADDED  [1 host: 1 failed]",
     ]
 
@@ -129,9 +129,13 @@ def test_slow_task_line_from_the_timer(cb):
     assert cb.screen.lines[-1] == "  done      7.0 s  Prepare data  [1 host: 1 ok]"
 
 
-def test_first_line_shortens():
-    assert progress.first_line("\n  a long message  \nsecond") == "a long message"
-    assert progress.first_line("x" * 400, limit=10) == "xxxxxxx..."
+def test_one_line_joins_lines_drops_banners_and_shortens():
+    assert progress.one_line("\n  a long message  \nsecond") == "a long message second"
+    assert progress.one_line("x" * 400, limit=10) == "xxxxxxx..."
+    ssh = ("Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@\n"
+           "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n@@@@@@@@@@@@@@@@@@@@\n")
+    assert progress.one_line(ssh) == ("Failed to connect to the host via ssh: @ WARNING: REMOTE HOST "
+                                        "IDENTIFICATION HAS CHANGED! @")
 
 
 def test_short_name_drops_the_collection_of_the_role():
