@@ -7,7 +7,12 @@ nodes, (with --elastic) adds and removes workers while it trains, and prints
 what happened: nodes, epochs, accuracy, membership log, wall time per phase.
 The cluster is left up; `make demo-down` removes it.
 
-Also used by the end-to-end test (`--json` prints the summary as JSON).
+While a playbook runs, its progress shows as compact task lines (the
+collection's `dynatrain.elastic.progress` stdout callback; the full output goes
+to .localcloud/demo/<cluster>-<playbook>.log); while the job trains, one line
+per epoch and one per membership change, followed from the shared volume.
+
+Also used by the end-to-end test (`--json` prints the summary as JSON only).
 """
 
 import argparse
@@ -16,6 +21,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,13 +31,96 @@ PY = sys.executable
 # .collections/ansible_collections/dynatrain/elastic to this checkout).
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (  # noqa: E402
-    HostWorkerError, parse_hosts)
+    HostWorkerError, parse_hosts, read_log_since)
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (  # noqa: E402
     JobStatusError, parse_status)
 
 
 class DemoError(RuntimeError):
     pass
+
+
+def parse_events(lines):
+    """events.jsonl lines as dicts (a line that does not parse, e.g. one still being written, is skipped)."""
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def read_lines_since(path, offset):
+    """The complete lines of ``path`` from byte ``offset`` on, and the offset after them.
+
+    A last line without its newline is left for the next call; a file that
+    shrank below ``offset`` (replaced, e.g. archived by train.yml) is read from 0.
+    """
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, os.SEEK_END) < offset:
+                offset = 0
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    return data[:end].decode("utf-8", "replace").split("\n"), offset + end + 1
+
+
+def epoch_line(event):
+    """One line for an ``epoch`` event of events.jsonl (epochs counted from 1)."""
+    acc = event.get("val_acc")
+    acc_text = "%.2f%%" % (100.0 * float(acc)) if acc is not None else "-"
+    return ("    epoch %3d  step %5s  world %s  %8.1f samples/s  val acc %s"
+            % (int(event.get("epoch", 0)) + 1, event.get("step", "?"), event.get("world", "?"),
+               float(event.get("samples_per_s") or 0.0), acc_text))
+
+
+def membership_line(entry):
+    """One line for a host_worker_log entry ``(seq, event, ip, ns, line)``."""
+    seq, event, ip, _ns, _line = entry
+    return "    membership: %-7s %s  (host_worker_log #%d)" % (event, ip, seq)
+
+
+class Follower(threading.Thread):
+    """Prints the job's epochs and membership changes as they appear on the shared volume."""
+
+    def __init__(self, efs_dir, say, interval=1.0):
+        super().__init__(daemon=True)
+        self.efs_dir = efs_dir
+        self.say = say
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.events_offset = 0
+        self.log_offset = 0
+
+    def poll(self):
+        """Print what was appended since the last poll."""
+        lines, self.events_offset = read_lines_since(os.path.join(self.efs_dir, "events.jsonl"),
+                                                     self.events_offset)
+        for event in parse_events(lines):
+            if event.get("event") == "epoch":
+                self.say(epoch_line(event))
+        entries, self.log_offset, _bad = read_log_since(os.path.join(self.efs_dir, "host_worker_log"),
+                                                        self.log_offset)
+        for entry in entries:
+            self.say(membership_line(entry))
+
+    def run(self):
+        while not self.stopped.is_set():
+            self.poll()
+            self.stopped.wait(self.interval)
+
+    def stop(self):
+        self.stopped.set()
+        self.join(timeout=5)
+        self.poll()
 
 
 def localcloud_env():
@@ -57,10 +146,13 @@ class Demo:
         self.logdir = os.path.join(ROOT, ".localcloud", "demo")
         os.makedirs(self.logdir, exist_ok=True)
         self.env = None
+        self.follower = None
+        self.print_lock = threading.Lock()
 
     def say(self, msg):
         if not self.args.json:
-            print(msg, flush=True)
+            with self.print_lock:
+                print(msg, flush=True)
 
     def phase(self, name, func, *a, **kw):
         self.say("==> %s" % name)
@@ -85,14 +177,45 @@ class Demo:
         ev.update(extra or {})
         cmd = [os.path.join(os.path.dirname(PY), "ansible-playbook"),
                os.path.join(ROOT, "playbooks", name + ".yml"), "-e", json.dumps(ev)]
-        with open(log, "w") as fh:
-            proc = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, check=False)
+        if self.args.json:
+            with open(log, "w") as fh:
+                proc = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=fh, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, check=False)
+        else:
+            proc = self.playbook_with_progress(cmd, log)
         if check and proc.returncode != 0:
             with open(log) as fh:
                 tail = fh.read()[-4000:]
             raise DemoError("playbook %s failed (rc=%d); log %s:\n%s" % (name, proc.returncode, log, tail))
         return proc.returncode, log
+
+    def playbook_with_progress(self, cmd, log):
+        """Run the playbook with the compact progress callback on our stdout, its full output into ``log``."""
+        env = dict(self.env, ANSIBLE_STDOUT_CALLBACK="dynatrain.elastic.progress", DT_PROGRESS_LOG=log)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, bufsize=1)
+        for line in proc.stdout:
+            self.say("  " + line.rstrip("\n"))
+        proc.wait()
+        return proc
+
+    def follow_job(self):
+        """Start printing epochs and membership changes (from the shared volume) while we go on."""
+        if not self.args.json and self.follower is None:
+            self.follower = Follower(self.efs_dir(), self.say)
+            self.follower.start()
+
+    def stop_following(self):
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+
+    def train_to_end(self):
+        """Wait for the final result; the last epoch lines are printed before this phase ends."""
+        try:
+            return self.wait_for("the final result", self.final, self.args.timeout)
+        finally:
+            self.stop_following()
 
     # --- reading the cluster ---------------------------------------------
     def boto(self, service):
@@ -155,13 +278,7 @@ class Demo:
 
     def events(self):
         """events.jsonl as a list of dicts (a line still being written is skipped)."""
-        out = []
-        for line in self.read("events.jsonl").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return parse_events(self.read("events.jsonl").splitlines())
 
     def final(self):
         try:
@@ -180,6 +297,7 @@ class Demo:
             # a cluster from an earlier demo: bootstrap changed nothing; train anew
             self.phase("archive the finished job and train a fresh one (playbooks/train.yml)",
                        self.playbook, "train", {"train_fresh": True})
+        self.follow_job()
         if self.args.elastic:
             self.phase("wait for training to run", self.wait_for, "the first epoch",
                        lambda: self.status().get("epoch", 0) >= 1 or self.final(), 300)
@@ -187,9 +305,8 @@ class Demo:
                        self.playbook, "add_workers", {"count": self.args.add})
             self.phase("remove 1 worker while training (playbooks/remove_workers.yml)",
                        self.playbook, "remove_workers", {"count": 1})
-        result = self.phase("train to the end", self.wait_for, "the final result", self.final, self.args.timeout)
-        generations = [json.loads(l) for l in self.read("events.jsonl").splitlines()
-                       if '"generation_start"' in l]
+        result = self.phase("train to the end", self.train_to_end)
+        generations = [e for e in self.events() if e.get("event") == "generation_start"]
         summary = {
             "cluster": self.args.cluster,
             "generations": [{"generation": g["generation"], "membership": g["membership"],

@@ -95,11 +95,32 @@ options:
     default: false
   timeout:
     description:
-      - Seconds to wait for the confirmation when O(wait=true).
+      - Seconds to wait for the confirmation when O(wait=true) or O(confirm) is
+        given, counted from the edit.
       - On timeout the module fails, names the hosts that were not confirmed
         and shows the tail of O(launcher_log). The edit itself stays in place.
     type: float
     default: 300
+  confirm:
+    description:
+      - The RV(confirm) of an earlier call that edited the file. The module
+        then edits nothing (O(hosts), O(state), O(master), O(replace_master) and
+        O(protected) are ignored) and waits for the launcher's confirmation of
+        that edit, as O(wait=true) does, until O(timeout) seconds after the edit.
+      - With O(poll), this lets a task report its progress while it waits,
+        one retry at a time (see the examples).
+    type: dict
+  poll:
+    description:
+      - When waiting, return after at most this many seconds even while some
+        change is not yet confirmed, with RV(settled=false), RV(confirmed),
+        RV(pending), RV(seconds_left) and a RV(msg) saying so; the task then
+        retries with O(confirm) until RV(settled) (C(until)/C(retries)).
+      - Fails as without O(poll) once O(timeout) has passed or the launcher
+        reported a failure.
+      - V(0) waits until every change is confirmed or O(timeout) passed.
+    type: float
+    default: 0
   launcher_log:
     description:
       - The launcher's log, whose last lines are shown when waiting times out.
@@ -153,6 +174,23 @@ EXAMPLES = r"""
     wait: true
     timeout: 600
   register: grown
+
+- name: Add a worker, then wait for its ADDED and say what is pending on each retry
+  dynatrain.elastic.host_worker:
+    path: /myEFSvolume/host_worker
+    hosts: [172.31.70.12]
+  register: edit
+
+- name: Wait for the launcher's confirmation, 10 s per try, 600 s in all
+  dynatrain.elastic.host_worker:
+    path: /myEFSvolume/host_worker
+    confirm: "{{ edit.confirm }}"
+    poll: 10
+    timeout: 600
+  register: grown
+  until: grown is failed or grown.settled
+  retries: 62
+  delay: 0
 
 - name: Show the confirming log lines
   ansible.builtin.debug:
@@ -214,10 +252,46 @@ unconfirmed:
   elements: str
   sample: []
 waited_s:
-  description: Seconds spent waiting for the confirmation.
+  description: Seconds spent waiting for the confirmation, counted from the edit (also across O(confirm) calls).
   returned: always
   type: float
   sample: 12.5
+confirm:
+  description:
+    - What a later call needs to wait for this edit's confirmation (pass it as O(confirm)); its
+      C(pending) is empty when nothing changed or in check mode.
+    - C(position) is the log's byte offset and last SEQ before the edit, C(started) the time of the edit
+      (epoch seconds on the host that ran the module).
+  returned: success
+  type: dict
+  sample: {"state": "present", "pending": ["172.31.70.11"], "position": [148, 3], "started": 1700000000.5}
+settled:
+  description: False only when O(poll) made the module return before every change was confirmed.
+  returned: always
+  type: bool
+  sample: false
+confirmed:
+  description: Hosts whose change the launcher confirmed so far (when waiting).
+  returned: always
+  type: list
+  elements: str
+  sample: ["172.31.65.62"]
+pending:
+  description: Hosts whose change is still unconfirmed (non-empty only when RV(settled=false)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["172.31.70.11"]
+seconds_left:
+  description: Seconds left until O(timeout) when waiting (null when not waiting).
+  returned: always
+  type: float
+  sample: 42.0
+msg:
+  description: What the module waited for and how far it got.
+  returned: when it waited (O(wait=true) and something changed, or O(confirm))
+  type: str
+  sample: "waiting for the launcher to confirm ADDED: confirmed [172.31.65.62], pending [172.31.70.11], 42 s left"
 launcher_log_tail:
   description: Last lines of O(launcher_log), when waiting timed out or the launcher reported a failure.
   returned: failure
@@ -296,6 +370,35 @@ def tail_file(path, lines=TAIL_LINES, max_bytes=65536):
 
 
 @dataclass(frozen=True)
+class Pending:
+    """An edit whose confirmation is awaited: what the RV(confirm) return value carries between calls."""
+
+    state: str
+    hosts: list
+    position: tuple
+    started: float
+
+    def as_dict(self):
+        return dict(state=self.state, pending=list(self.hosts), position=list(self.position), started=self.started)
+
+    @classmethod
+    def from_option(cls, value):
+        """The Pending of the confirm option (None when not given); raises HostWorkerError."""
+        if value is None:
+            return None
+        try:
+            offset, seq = (int(x) for x in value["position"])
+            pending = cls(state=value["state"], hosts=_unique(validate_ip(h) for h in value.get("pending") or []),
+                          position=(offset, seq), started=float(value["started"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HostWorkerError(
+                f"confirm must be the confirm value returned by an earlier host_worker call ({exc})") from None
+        if pending.state not in ("present", "absent"):
+            raise HostWorkerError(f"confirm.state must be present or absent, not {pending.state!r}")
+        return pending
+
+
+@dataclass(frozen=True)
 class Request:
     """The module's options, with every address validated and every default filled in."""
 
@@ -310,6 +413,8 @@ class Request:
     wait: bool
     timeout: float
     lock_timeout: float
+    confirm: Pending | None = None
+    poll: float = 0.0
 
     @classmethod
     def from_params(cls, params):
@@ -328,6 +433,8 @@ class Request:
             wait=bool(params.get("wait")),
             timeout=_number(params, "timeout", DEFAULT_TIMEOUT),
             lock_timeout=_number(params, "lock_timeout", DEFAULT_LOCK_TIMEOUT),
+            confirm=Pending.from_option(params.get("confirm")),
+            poll=_number(params, "poll", 0.0),
         )
 
     @property
@@ -520,17 +627,19 @@ class MalformedLineWarner:
 
 
 def wait_for_log(log_path, position, state, pending, timeout, sleep=time.sleep, clock=time.time,
-                 poll_interval=POLL_INTERVAL, warn=None):
+                 poll_interval=POLL_INTERVAL, warn=None, budget=None):
     """Wait for the launcher's confirmation of each pending host.
 
-    Returns (events, unconfirmed, rejected, waited_s): confirming lines, hosts
-    still unconfirmed, lines that reported a failure for a host being added.
+    Waits up to ``timeout`` seconds, or ``budget`` seconds when that is less (a
+    short poll). Returns (events, unconfirmed, rejected, waited_s): confirming
+    lines, hosts still unconfirmed, lines that reported a failure for a host
+    being added.
     """
     offset, last_seq = position
     confirmations = Confirmations(state, pending, last_seq)
     warn_bad = MalformedLineWarner(log_path, warn)
     start = clock()
-    deadline = start + timeout
+    deadline = start + (timeout if budget is None else min(timeout, budget))
     while True:
         entries, offset, bad = read_log_since(log_path, offset)
         warn_bad(bad)
@@ -568,7 +677,7 @@ def launcher_status(launcher_log, log_path, now):
 def empty_result():
     """The result before anything is known: what a failure in validation returns."""
     return dict(changed=False, hosts=[], master=None, added=[], removed=[], events=[], unconfirmed=[],
-                waited_s=0.0)
+                waited_s=0.0, confirm=None, settled=True, confirmed=[], pending=[], seconds_left=None)
 
 
 def edit_result(request, edit, diff_mode=False):
@@ -600,8 +709,18 @@ def rejected_message(request, rejected, hosts, tail_text):
             f"{request.path} now lists {', '.join(hosts)}; the launcher log may say why. {tail_text}")
 
 
-def timeout_message(request, pending, unconfirmed, tail_text):
-    want = "ADDED" if request.state == "present" else "REMOVED/FAILED"
+def confirmation_word(state):
+    return "ADDED" if state == "present" else "REMOVED/FAILED"
+
+
+def progress_message(state, confirmed, pending, seconds_left):
+    """The line a retrying task shows: who is confirmed, who is awaited, how long is left."""
+    return (f"waiting for the launcher to confirm {confirmation_word(state)}: confirmed [{', '.join(confirmed)}], "
+            f"pending [{', '.join(pending)}], {seconds_left:.0f} s left")
+
+
+def timeout_message(request, state, pending, unconfirmed, tail_text):
+    want = confirmation_word(state)
     confirmed = [h for h in pending if h not in unconfirmed]
     confirmed_text = f" (confirmed: {', '.join(confirmed)})" if confirmed else ""
     status = launcher_status(request.launcher_log, request.log_path, time.time())
@@ -611,15 +730,19 @@ def timeout_message(request, pending, unconfirmed, tail_text):
             f"{status}. {tail_text}")
 
 
-def wait_failure(request, result, pending, rejected):
-    """The HostWorkerFailure for a rejected or unconfirmed change, with the launcher log tail."""
+def wait_failure(request, result, pending, rejected, state=None):
+    """The HostWorkerFailure for a rejected or unconfirmed change, with the launcher log tail.
+
+    ``state`` is the edit's (request.state unless waiting with confirm).
+    """
+    state = state or request.state
     tail = tail_file(request.launcher_log)
     result["launcher_log_tail"] = tail or []
     tail_text = describe_tail(request.launcher_log, tail)
     if rejected:
         msg = rejected_message(request, rejected, result["hosts"], tail_text)
     else:
-        msg = timeout_message(request, pending, result["unconfirmed"], tail_text)
+        msg = timeout_message(request, state, pending, result["unconfirmed"], tail_text)
     return HostWorkerFailure(msg, **result)
 
 
@@ -628,17 +751,55 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
     """The module's logic, without AnsibleModule. Returns the result or raises HostWorkerFailure."""
     result = empty_result()
     request = validate(params, result)
+    waiting = dict(sleep=sleep, clock=clock, poll_interval=poll_interval, warn=warn)
+    if request.confirm is not None:
+        result.update(current_hosts(request, result))
+        return await_confirmation(request, request.confirm, result, **waiting)
     edit = edit_or_fail(request, check_mode, result)
     result.update(edit_result(request, edit, diff_mode))
-    if not request.wait or check_mode or not edit.changed:
+    changed = edit.changed and not check_mode
+    pending = Pending(state=request.state, hosts=(edit.added if request.state == "present" else edit.removed)
+                      if changed else [], position=tuple(edit.position or (0, -1)), started=clock())
+    result["confirm"] = pending.as_dict()
+    if not request.wait or not changed:
         return result
-    pending = edit.added if request.state == "present" else edit.removed
-    events, unconfirmed, rejected, waited = wait_for_log(
-        request.log_path, edit.position, request.state, pending, request.timeout, sleep=sleep, clock=clock,
-        poll_interval=poll_interval, warn=warn)
-    result.update(events=events, unconfirmed=unconfirmed, waited_s=waited)
-    if rejected or unconfirmed:
-        raise wait_failure(request, result, pending, rejected)
+    return await_confirmation(request, pending, result, **waiting)
+
+
+def current_hosts(request, result):
+    """The hosts/master result keys from the file as it is (for a call that only waits)."""
+    try:
+        hosts = parse_hosts(_read_text(request.path) or "", source=request.path)
+    except HostWorkerError as exc:
+        raise HostWorkerFailure(str(exc), **result) from None
+    return dict(hosts=hosts, master=hosts[-1] if hosts else None)
+
+
+def await_confirmation(request, pending, result, sleep=time.sleep, clock=time.time, poll_interval=POLL_INTERVAL,
+                       warn=None):
+    """Wait (up to request.poll s per call when set) for the launcher to confirm ``pending``.
+
+    Returns the result, with settled=false while hosts are pending and time is
+    left; raises HostWorkerFailure once the launcher rejected a change or the
+    timeout (counted from the edit) passed.
+    """
+    deadline = pending.started + request.timeout
+    events, unconfirmed, rejected, _waited = wait_for_log(
+        request.log_path, pending.position, pending.state, pending.hosts, max(0.0, deadline - clock()),
+        sleep=sleep, clock=clock, poll_interval=poll_interval, warn=warn, budget=request.poll or None)
+    now = clock()
+    confirmed = [h for h in pending.hosts if h not in unconfirmed]
+    result.update(events=events, confirmed=confirmed, waited_s=round(now - pending.started, 3),
+                  seconds_left=round(max(0.0, deadline - now), 1))
+    if rejected or (unconfirmed and now >= deadline):
+        result["unconfirmed"] = unconfirmed
+        raise wait_failure(request, result, pending.hosts, rejected, state=pending.state)
+    if unconfirmed:
+        result.update(settled=False, pending=unconfirmed,
+                      msg=progress_message(pending.state, confirmed, unconfirmed, deadline - now))
+    else:
+        result["msg"] = (f"the launcher confirmed {confirmation_word(pending.state)} for "
+                         f"{', '.join(confirmed) or 'nothing'}")
     return result
 
 
@@ -656,13 +817,16 @@ def main():
             timeout=dict(type="float", default=DEFAULT_TIMEOUT),
             launcher_log=dict(type="path"),
             lock_timeout=dict(type="float", default=DEFAULT_LOCK_TIMEOUT),
+            confirm=dict(type="dict"),
+            poll=dict(type="float", default=0.0),
         ),
         supports_check_mode=True,
     )
     try:
         result = run(module.params, check_mode=module.check_mode, diff_mode=module._diff, warn=module.warn)
     except HostWorkerFailure as exc:
-        module.fail_json(msg=exc.msg, **exc.result)
+        failed = {k: v for k, v in exc.result.items() if k != "msg"}
+        module.fail_json(msg=exc.msg, **failed)
     module.exit_json(**result)
 
 

@@ -634,3 +634,99 @@ def test_main_failure(efs, capsys):
 def test_main_rejects_bad_state(efs, capsys):
     code, out = run_module(dict(path=str(efs / "host_worker"), state="gone"), capsys)
     assert code == 1 and "state" in out["msg"]
+
+
+# --- short polls: edit, then confirm with poll (the playbooks' until/retries loop) ---------------
+
+
+def test_edit_returns_confirm_for_a_later_wait(efs):
+    res = run(params(efs, hosts=["10.0.0.4"]))
+    confirm = res["confirm"]
+    assert confirm["state"] == "present" and confirm["pending"] == ["10.0.0.4"]
+    # the log held two lines (36 bytes) before the edit: only later lines may confirm
+    assert confirm["position"] == [len("0 ADDED 10.0.0.2 1\n1 ADDED 10.0.0.3 2\n"), 1]
+    assert abs(confirm["started"] - time.time()) < 5
+    assert res["settled"] is True
+
+
+def test_edit_without_change_has_nothing_pending(efs):
+    res = run(params(efs, hosts=["10.0.0.2"]))
+    assert res["confirm"]["pending"] == []
+    again = run(params(efs, confirm=res["confirm"], poll=5, timeout=30))
+    assert again["settled"] is True and again["events"] == []
+
+
+def test_poll_reports_progress_then_settles(efs):
+    log = efs / "host_worker_log"
+    edit = run(params(efs, hosts=["10.0.0.4", "10.0.0.5"]))
+    with open(log, "a") as handle:
+        handle.write("2 ADDED 10.0.0.5 3\n")
+    first = run(params(efs, confirm=edit["confirm"], poll=0.1, timeout=60))
+    assert first["settled"] is False and first["changed"] is False
+    assert first["confirmed"] == ["10.0.0.5"] and first["pending"] == ["10.0.0.4"]
+    assert 50 < first["seconds_left"] <= 60
+    assert first["msg"].startswith("waiting for the launcher to confirm ADDED: confirmed [10.0.0.5], "
+                                   "pending [10.0.0.4], ")
+    assert first["msg"].endswith(" s left")
+    # the call only waits: the file is unchanged by it
+    assert first["hosts"] == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", MASTER]
+    with open(log, "a") as handle:
+        handle.write("3 ADDED 10.0.0.4 4\n")
+    second = run(params(efs, confirm=edit["confirm"], poll=5, timeout=60))
+    assert second["settled"] is True and second["pending"] == []
+    assert second["events"] == ["2 ADDED 10.0.0.5 3", "3 ADDED 10.0.0.4 4"]
+    assert second["confirmed"] == ["10.0.0.4", "10.0.0.5"]
+    assert "confirmed ADDED for 10.0.0.4, 10.0.0.5" in second["msg"]
+
+
+def test_poll_timeout_counts_from_the_edit_and_fails_clearly(efs):
+    edit = run(params(efs, hosts=["10.0.0.3"], state="absent"))
+    confirm = dict(edit["confirm"], started=time.time() - 100)
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, confirm=confirm, poll=10, timeout=90))
+    err = info.value
+    assert "timed out after 90 s" in err.msg
+    # the state of the edit, not the (default) state option of the waiting call
+    assert "no REMOVED/FAILED line for 10.0.0.3" in err.msg
+    assert err.result["unconfirmed"] == ["10.0.0.3"] and err.result["seconds_left"] == 0.0
+    assert err.result["waited_s"] >= 100
+
+
+def test_poll_fails_at_once_when_the_launcher_rejects(efs):
+    edit = run(params(efs, hosts=["10.0.0.4"]))
+    with open(efs / "host_worker_log", "a") as handle:
+        handle.write("2 FAILED 10.0.0.4 3\n")
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, confirm=edit["confirm"], poll=10, timeout=600))
+    assert "reported a failure instead of ADDED for 10.0.0.4" in info.value.msg
+
+
+def test_poll_with_fake_clock_returns_after_poll_seconds(efs):
+    now = [1000.0]
+
+    def sleep(s):
+        now[0] += s
+
+    confirm = dict(state="present", pending=["10.0.0.4"], position=[0, 1], started=990.0)
+    res = run(params(efs, confirm=confirm, poll=10, timeout=300), sleep=sleep, clock=lambda: now[0])
+    assert now[0] == 1010.0
+    assert res["settled"] is False and res["seconds_left"] == 280.0 and res["waited_s"] == 20.0
+
+
+@pytest.mark.parametrize("confirm", [{}, {"state": "present", "pending": ["x"], "position": [0, 1], "started": 1},
+                                     {"state": "gone", "pending": [], "position": [0, 1], "started": 1}])
+def test_invalid_confirm_fails_before_anything(efs, confirm):
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, confirm=confirm))
+    assert "confirm" in info.value.msg or "invalid" in info.value.msg
+
+
+def test_main_poll_progress_and_timeout(efs, capsys):
+    """Through AnsibleModule: an unsettled poll exits ok with its msg; a timeout fails with the timeout msg."""
+    edit = run(params(efs, hosts=["10.0.0.4"]))
+    code, out = run_module(dict(path=str(efs / "host_worker"), confirm=edit["confirm"], poll=0.1), capsys)
+    assert code == 0 and out["settled"] is False and out["pending"] == ["10.0.0.4"]
+    assert out["msg"].startswith("waiting for the launcher to confirm ADDED")
+    late = dict(edit["confirm"], started=time.time() - 10)
+    code, out = run_module(dict(path=str(efs / "host_worker"), confirm=late, poll=1, timeout=1), capsys)
+    assert code == 1 and out["failed"] is True and out["msg"].startswith("timed out after 1 s")
