@@ -22,11 +22,13 @@ from ansible_collections.dynatrain.elastic.plugins.modules import timeline_plot 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 FIXTURE = os.path.join(ROOT, "tests", "unit", "fixtures", "events_elastic_run.jsonl")
+# events.jsonl as a local-cloud run wrote it (make demo's job, resized while it trained)
+RECORDED = os.path.join(ROOT, "tests", "unit", "fixtures", "events_localcloud_run.jsonl")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def fixture_records():
-    with open(FIXTURE, encoding="utf-8") as handle:
+def fixture_records(path=FIXTURE):
+    with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -121,6 +123,18 @@ def test_render_the_recorded_run(tmp_path):
     assert summary["drains"] == 0
     assert summary["world_max"] == 5 and summary["final_val_acc"] == pytest.approx(0.9694)
     assert summary["bad_lines"] == [] and summary["path"] == str(out)
+
+
+@pytest.mark.parametrize("path", [FIXTURE, RECORDED], ids=["fixture", "local-cloud"])
+def test_a_marker_per_event_of_the_recording(tmp_path, path):
+    records = fixture_records(path)
+    summary = timeline_plot.render_file(path, str(tmp_path / "t.png"))
+    assert summary["epochs"] == count(records, "epoch") > 0
+    assert summary["resizes"] == count(records, "resize_start") > 0
+    assert summary["failures"] == count(records, "worker_failed")
+    assert summary["spot_drains"] == count(records, "drain_requested", reason="spot")
+    assert summary["world_max"] == max(r["world"] for r in records if r["event"] == "generation_start")
+    assert summary["bad_lines"] == []
 
 
 def test_render_without_epochs_still_draws(tmp_path):
