@@ -21,6 +21,11 @@ import os
 import time
 
 STATUS_FILE = "status.json"
+# The launcher's default checkpoint directory under the shared volume, and the names in it
+# (the node side's dynatrain_runtime.checkpoint: ckpt-<step>/ with meta.json written last).
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "ckpt-"
+CHECKPOINT_META = "meta.json"
 STATES = ("starting", "running", "resizing", "stopped", "finished", "failed")
 # States in which the launcher applies host_worker changes.
 ACTIVE_STATES = ("starting", "running", "resizing")
@@ -85,3 +90,34 @@ def summarize(status: dict, now: float | None = None, stale_after: float = STALE
         "running": is_running(status, now, stale_after),
         "finished": is_finished(status),
     }
+
+
+def latest_checkpoint(status: dict, efs_mount: str) -> str | None:
+    """The newest committed checkpoint: the launcher's ``last_checkpoint``, else the newest
+    ``ckpt-*`` under ``<efs_mount>/checkpoints`` (a generation that has not written one yet)."""
+    path = status.get("last_checkpoint")
+    if isinstance(path, str) and path:
+        return path
+    directory = os.path.join(efs_mount, CHECKPOINT_DIR)
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(CHECKPOINT_PREFIX)]
+    except OSError:
+        return None
+    steps = []
+    for name in names:
+        try:
+            steps.append((int(name[len(CHECKPOINT_PREFIX):]), name))
+        except ValueError:
+            continue
+    return os.path.join(directory, max(steps)[1]) if steps else None
+
+
+def checkpoint_age(path: str | None, now: float | None = None) -> float | None:
+    """Seconds since the checkpoint at ``path`` was committed (its meta.json is written last), or None."""
+    if not path:
+        return None
+    try:
+        committed = os.stat(os.path.join(path, CHECKPOINT_META)).st_mtime
+    except OSError:
+        return None
+    return round((time.time() if now is None else now) - committed, 1)

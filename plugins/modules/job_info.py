@@ -21,8 +21,12 @@ description:
   - C(status.json), the launcher's current state, and what follows from it
     (whether the job is running and can take a membership change, whether it
     has finished).
+  - The age of the newest checkpoint and, for each address, its last
+    C(host_worker_log) entry (for a per-node view).
+  - With O(events=true), the records of C(events.jsonl) (for a timeline of the
+    run, see M(dynatrain.elastic.timeline_plot)).
   - A malformed file does not fail the module; the problem is returned in
-    RV(host_worker_error), RV(log_error) or RV(status_error).
+    RV(host_worker_error), RV(log_error), RV(status_error) or RV(events_bad_lines).
 author:
   - dynatrain maintainers (@dynatrain)
 options:
@@ -37,6 +41,11 @@ options:
       - How many of the last C(host_worker_log) entries to return; V(0) returns none.
     type: int
     default: 10
+  events:
+    description:
+      - Also return the records of C(events.jsonl) in RV(events).
+    type: bool
+    default: false
   stale_after:
     description:
       - A status written more than this many seconds ago means the launcher is
@@ -134,6 +143,36 @@ log_error:
   returned: always
   type: str
   sample: null
+last_log:
+  description:
+    - For each address in C(host_worker_log) (the whole file, not only the last
+      O(log_entries)), its last entry and how long ago it was written (seconds,
+      measured with this host's clock).
+  returned: always
+  type: dict
+  sample: {"172.31.65.62": {"seq": 3, "event": "ADDED", "ns": 1542536656974259605, "age_s": 42.5}}
+events:
+  description: The records of C(events.jsonl), oldest first; empty when the file does not exist or O(events=false).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"event": "generation_start", "time": 1714560000.5, "source": "launcher", "world": 3}]
+events_bad_lines:
+  description: Line numbers of C(events.jsonl) that are not a JSON record (left out of RV(events)).
+  returned: always
+  type: list
+  elements: int
+  sample: []
+last_checkpoint:
+  description: The newest committed checkpoint directory, or null.
+  returned: always
+  type: str
+  sample: /myEFSvolume/checkpoints/ckpt-0000000120
+checkpoint_age_s:
+  description: Seconds since RV(last_checkpoint) was committed (this host's clock), or null.
+  returned: always
+  type: float
+  sample: 12.5
 status:
   description: The content of C(status.json); empty when the file does not exist (no job has started).
   returned: always
@@ -179,8 +218,14 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file
     read_log,
     read_log_since,
 )
+from ansible_collections.dynatrain.elastic.plugins.module_utils.job_events import (
+    events_path,
+    read_events,
+)
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (
     JobStatusError,
+    checkpoint_age,
+    latest_checkpoint,
     read_status,
     status_path,
     summarize,
@@ -195,8 +240,8 @@ def read_membership(path: str) -> tuple[list[str], str | None]:
         return [], str(exc)
 
 
-def read_log_tail(path: str, count: int) -> tuple[list[tuple], str | None]:
-    """The last ``count`` entries (seq, event, ip, ns) of host_worker_log, and an error or None.
+def read_log_entries(path: str) -> tuple[list[tuple], str | None]:
+    """The entries (seq, event, ip, ns) of host_worker_log, and an error or None.
 
     A malformed line does not hide the others: they are read leniently and the
     bad lines are named in the error.
@@ -210,7 +255,15 @@ def read_log_tail(path: str, count: int) -> tuple[list[tuple], str | None]:
         error = f"{path} has lines that are not 'SEQ EVENT IP NS_TIMESTAMP': {bad}"
     except OSError as exc:
         return [], str(exc)
-    return (entries[-count:] if count > 0 else []), error
+    return entries, error
+
+
+def last_entry_by_ip(entries: list[tuple], now: float) -> dict:
+    """{ip: its last entry, with its age in seconds}: what happened last to each node."""
+    last = {}
+    for seq, event, ip, ns in entries:
+        last[ip] = dict(seq=seq, event=event, ns=ns, age_s=round(now - ns / 1e9, 1))
+    return last
 
 
 def read_job_status(path: str) -> tuple[dict, str | None]:
@@ -227,9 +280,13 @@ def run(params: dict, now: float | None = None) -> dict:
         raise FileNotFoundError(
             f"{root} is not a directory: is the shared volume mounted on this host (EFS_MOUNT)?"
         )
+    now = time.time() if now is None else now
     hosts, host_worker_error = read_membership(os.path.join(root, "host_worker"))
-    log, log_error = read_log_tail(os.path.join(root, "host_worker_log"), params["log_entries"])
+    entries, log_error = read_log_entries(os.path.join(root, "host_worker_log"))
+    log = entries[-params["log_entries"]:] if params["log_entries"] > 0 else []
     status, status_error = read_job_status(status_path(root))
+    events, events_bad = read_events(events_path(root)) if params.get("events") else ([], [])
+    checkpoint = latest_checkpoint(status, root)
     result = {
         "changed": False,
         "hosts": hosts,
@@ -238,10 +295,15 @@ def run(params: dict, now: float | None = None) -> dict:
         "log": [dict(seq=seq, event=event, ip=ip, ns=ns) for seq, event, ip, ns in log],
         "log_lines": [format_log_line(*entry) for entry in log],
         "log_error": log_error,
+        "last_log": last_entry_by_ip(entries, now),
+        "events": events,
+        "events_bad_lines": events_bad,
+        "last_checkpoint": checkpoint,
+        "checkpoint_age_s": checkpoint_age(checkpoint, now),
         "status": status,
         "status_error": status_error,
     }
-    result.update(summarize(status, time.time() if now is None else now, params["stale_after"]))
+    result.update(summarize(status, now, params["stale_after"]))
     return result
 
 
@@ -250,6 +312,7 @@ def main() -> None:
         argument_spec=dict(
             path=dict(type="path", required=True),
             log_entries=dict(type="int", default=10),
+            events=dict(type="bool", default=False),
             stale_after=dict(type="float", default=60),
         ),
         supports_check_mode=True,

@@ -156,6 +156,55 @@ def test_job_status_helpers():
     assert set(job_status.ACTIVE_STATES) < set(job_status.STATES)
 
 
+# --- per-node last event, checkpoint age, events.jsonl ------------------------------------
+
+
+def test_last_log_is_each_nodes_last_entry_of_the_whole_log(efs):
+    res = run(params(efs, log_entries=1), now=NOW)
+    assert set(res["last_log"]) == {"10.0.0.2", "1.2.3.4", "10.0.0.3"}
+    assert res["last_log"]["10.0.0.3"]["event"] == "REMOVED" and res["last_log"]["10.0.0.3"]["seq"] == 3
+    assert res["last_log"]["10.0.0.2"]["event"] == "ADDED" and res["last_log"]["10.0.0.2"]["seq"] == 0
+    ns = res["last_log"]["1.2.3.4"]["ns"]
+    assert res["last_log"]["1.2.3.4"]["age_s"] == round(NOW - ns / 1e9, 1)
+
+
+def test_checkpoint_age_from_the_launchers_last_checkpoint(efs):
+    ckpt = efs / "checkpoints" / "ckpt-0000000100"
+    ckpt.mkdir(parents=True)
+    (ckpt / "meta.json").write_text("{}")
+    os.utime(ckpt / "meta.json", (NOW - 30, NOW - 30))
+    (efs / "status.json").write_text(json.dumps(status(last_checkpoint=str(ckpt))))
+    res = run(params(efs))
+    assert res["last_checkpoint"] == str(ckpt) and res["checkpoint_age_s"] == 30.0
+
+
+def test_checkpoint_age_falls_back_to_the_newest_checkpoint_dir(efs):
+    for step, age in ((40, 90), (100, 12)):
+        ckpt = efs / "checkpoints" / f"ckpt-{step:010d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "meta.json").write_text("{}")
+        os.utime(ckpt / "meta.json", (NOW - age, NOW - age))
+    (efs / "checkpoints" / ".tmp-ckpt-0000000200-x").mkdir()  # half-written: never counted
+    (efs / "status.json").write_text(json.dumps(status(last_checkpoint=None)))
+    res = run(params(efs))
+    assert res["last_checkpoint"].endswith("ckpt-0000000100") and res["checkpoint_age_s"] == 12.0
+
+
+def test_no_checkpoint_is_null(efs):
+    res = run(params(efs))
+    assert res["last_checkpoint"] is None and res["checkpoint_age_s"] is None
+
+
+def test_events_only_when_asked(efs):
+    lines = [json.dumps({"event": "generation_start", "time": NOW - 5, "world": 2, "source": "launcher"}),
+             "{half a line", json.dumps({"event": "epoch", "time": NOW - 1, "val_acc": 0.9, "source": "train"})]
+    (efs / "events.jsonl").write_text("\n".join(lines) + "\n")
+    assert run(params(efs))["events"] == []
+    res = run(params(efs, events=True))
+    assert [e["event"] for e in res["events"]] == ["generation_start", "epoch"]
+    assert res["events_bad_lines"] == [2]
+
+
 def test_missing_volume_fails(tmp_path):
     with pytest.raises(FileNotFoundError, match="shared volume"):
         run(params(tmp_path / "nope"))
