@@ -318,8 +318,22 @@ class Demo:
             "phases": self.phases,
             "total_s": round(time.monotonic() - t_start, 1),
             "efs_dir": self.efs_dir(),
+            "timeline": self.plot_timeline(),
         }
         return summary
+
+    def plot_timeline(self):
+        """The run's timeline as a PNG (the same picture as `status.yml -e plot=true`); its path, or
+        why there is none."""
+        from ansible_collections.dynatrain.elastic.plugins.module_utils.timeline_plot import (
+            TimelinePlotError, render)
+
+        path = os.path.join(self.logdir, "%s-timeline.png" % self.args.cluster)
+        try:
+            render(self.events(), path, title="dynatrain.elastic demo, cluster %s" % self.args.cluster)
+        except TimelinePlotError as exc:
+            return "no picture: %s" % exc
+        return path
 
 
 def print_summary(s):
@@ -343,12 +357,15 @@ def print_summary(s):
         print("    %7.1f s  %s" % (secs, name))
     print("    %7.1f s  total" % s["total_s"])
     print("  shared volume on this machine: %s" % s["efs_dir"])
+    print("  timeline (world size, samples/s, accuracy; resizes marked): %s" % s["timeline"])
     print()
-    print("The cluster is still up. Try:")
-    print("  eval \"$(.venv/bin/python -m localcloud env)\"")
-    print("  .venv/bin/ansible-playbook playbooks/status.yml -e dt_cluster_name=%s" % s["cluster"])
-    print("  .venv/bin/ansible-playbook playbooks/add_workers.yml -e count=2 -e dt_cluster_name=%s" % s["cluster"])
-    print("Remove it with: make demo-down  (or playbooks/teardown.yml, then python -m localcloud down)")
+    cluster = "" if s["cluster"] == "dtdemo" else " -e dt_cluster_name=%s" % s["cluster"]
+    print("The cluster is still up. At the repository root, try:")
+    print("  source .venv/bin/activate")
+    print("  ansible-playbook status.yml%s" % cluster)
+    print("  ansible-playbook add_workers.yml -e count=2%s    # the job has finished: they join the next run" % cluster)
+    print("  ansible-playbook train.yml -e train_fresh=true%s    # a new job on the cluster as it is now" % cluster)
+    print("Remove it with: ansible-playbook teardown.yml%s, or make demo-down (the whole local cloud)" % cluster)
     print("=" * 72)
 
 

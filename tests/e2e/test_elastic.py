@@ -275,6 +275,17 @@ def test_elastic_membership_end_to_end(cloud):
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
         elastic_acc = final["val_acc"]
 
+        # the picture of this run (status.yml -e plot=true draws the same): every resize, the lost
+        # worker and the spot drain are marked; kept in tests/output/ (the README's comes from it)
+        out_png = os.path.join(ROOT, "tests", "output", "e2e-timeline.png")
+        os.makedirs(os.path.dirname(out_png), exist_ok=True)
+        rc, out = playbook(env, "status", dict(NET, plot=True, plot_path=out_png))
+        assert rc == 0 and out_png in out, out[-3000:]
+        assert open(out_png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+        drawn = re.search(r"(\d+)\s+resizes,\s+(\d+)\s+lost\s+workers,\s+(\d+)\s+spot\s+drains", out)
+        assert drawn and int(drawn.group(1)) >= 8 and int(drawn.group(2)) >= 1 and int(drawn.group(3)) >= 1, out[-3000:]
+        assert re.search(r"\b%s\b.*\bmaster\b" % re.escape(master), out), out[-3000:]
+
         # the same job with fixed membership (same seed, same epochs)
         _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": TRAIN})
         fixed = job.wait_for("the fixed-membership job", job.final, 600)
