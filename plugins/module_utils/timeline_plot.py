@@ -188,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = render_file(args.events, args.out, title=args.title)
     except TimelinePlotError as exc:
-        print(f"timeline: {exc}", file=sys.stderr)
+        sys.stderr.write(f"timeline: {exc}\n")
         return 1
-    print(f"timeline: {summary['path']} ({summary['epochs']} epochs, {summary['resizes']} resizes, "
-          f"{summary['failures']} failures, {summary['spot_drains']} spot drains)")
+    sys.stdout.write(f"timeline: {summary['path']} ({summary['epochs']} epochs, {summary['resizes']} resizes, "
+                     f"{summary['failures']} failures, {summary['spot_drains']} spot drains)\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
