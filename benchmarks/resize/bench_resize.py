@@ -187,6 +187,14 @@ def plain_throughput(py, data, port, epochs, script_args=()):
     return results[0]["samples_per_s"]
 
 
+def prepare_digits(python):
+    """The digits data set in a fresh temporary directory (the example's own preparation); its path."""
+    data = os.path.join(tempfile.mkdtemp(prefix="dtbench-data-"), "digits.npz")
+    subprocess.check_call([python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
+                          stdout=subprocess.DEVNULL)
+    return data
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--python", default=os.environ.get("DT_NODE_PYTHON") or NODE_PYTHON)
@@ -195,15 +203,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the throughput runs")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="dtbench-data-")
-    data = os.path.join(tmp, "digits.npz")
-    subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
-                          stdout=subprocess.DEVNULL)
+    data = prepare_digits(args.python)
     step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep)
     epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
     el = elastic_throughput(args.python, data, 19900, args.epochs)
     plain = plain_throughput(args.python, data, 19990, args.epochs)
-    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(os.path.dirname(data), ignore_errors=True)
 
     def med(rows, key="edit_to_first_step_s", d=None):
         vals = [r[key] for r in rows if (d is None or r["dir"] == d) and r.get(key) is not None]

@@ -26,9 +26,7 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
@@ -55,10 +53,7 @@ def main():
     ap.add_argument("--resizes", type=int, default=6, help="resizes to time (alternating up/down), 0 = none")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="dtbench-data-")
-    data = os.path.join(tmp, "digits.npz")
-    subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
-                          stdout=subprocess.DEVNULL)
+    data = bench_resize.prepare_digits(args.python)
     models = args.models.split(",")
     epochs = [int(e) for e in args.epochs.split(",")]
     if len(epochs) != len(models) or min(epochs) < 2:
@@ -71,7 +66,7 @@ def main():
         resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
             if args.resizes else []
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(data), ignore_errors=True)
     print("")
     print("elastic launcher vs plain dist_sync (2 workers, local transport, %d cores, median of %d runs)"
           % (os.cpu_count(), args.repeat))
