@@ -73,8 +73,8 @@ def main():
     print("%-8s %7s %18s %18s %8s" % ("model", "epochs", "elastic samples/s", "plain samples/s", "ratio"))
     print("-" * 64)
     for model, r in res.items():
-        print("%-8s %7d %18.0f %18.0f %8.2f" % (model, r["epochs"], r["elastic"], r["plain"],
-                                               r["elastic"] / r["plain"]))
+        ratio = r["elastic"] / r["plain"]
+        print("%-8s %7d %18.0f %18.0f %8.2f" % (model, r["epochs"], r["elastic"], r["plain"], ratio))
     if resizes:
         def p50(d=None):
             vals = [r["edit_to_first_step_s"] for r in resizes if d is None or r["dir"] == d]

@@ -32,7 +32,8 @@ Semantics:
 * a worker that dies costs at most the step in flight and those since the newest boundary
   snapshot (``recovery`` states the bound): each worker issues an in-memory
   ``BoundarySnapshot`` (asynchronous copies, confirmed when the next is issued) at every
-  boundary, or every few of a toy model's so they cost <= 2 % (``SNAPSHOT_BUDGET``), and, asked by the launcher (``recover`` on the stdin channel, served while the training
+  boundary, or every few of a toy model's so they cost <= 2 % (``SNAPSHOT_BUDGET``), and,
+  asked by the launcher (``recover`` on the stdin channel, served while the training
   thread is blocked with the dead peer), one survivor writes it as a recovery checkpoint
   (``DT_RECOVERY=checkpoint`` turns this off: a failure then rolls back to the last
   regular checkpoint);

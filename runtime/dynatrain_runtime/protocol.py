@@ -47,6 +47,7 @@ def stop_at_command(generation, acks, at):
     """Phase 2: the boundary S = max(acked steps) + 1 every worker stops at (see the module doc)."""
     return {"kind": CMD_STOP_AT, "generation": int(generation), "step": max(int(b) for b in acks) + 1, "at": at}
 
+
 _EMIT_LOCK = threading.Lock()
 
 

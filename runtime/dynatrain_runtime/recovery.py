@@ -32,7 +32,6 @@ MXNet is passed in (``mx``); the meta handling is pure Python.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import threading

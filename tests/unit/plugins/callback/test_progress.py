@@ -134,8 +134,8 @@ def test_one_line_joins_lines_drops_banners_and_shortens():
     assert progress.one_line("x" * 400, limit=10) == "xxxxxxx..."
     ssh = ("Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@\n"
            "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n@@@@@@@@@@@@@@@@@@@@\n")
-    assert progress.one_line(ssh) == ("Failed to connect to the host via ssh: @ WARNING: REMOTE HOST "
-                                        "IDENTIFICATION HAS CHANGED! @")
+    expected = "Failed to connect to the host via ssh: @ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @"
+    assert progress.one_line(ssh) == expected
 
 
 def test_short_name_drops_the_collection_of_the_role():
