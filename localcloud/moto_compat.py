@@ -5,8 +5,8 @@ CreateTags, DeleteTags), which moto 5 does not route. They are thin aliases
 of the resource-tag API moto does implement, so we add them here instead of
 re-writing EFS calls by hand in the playbooks.
 
-moto ignores a launch template's network interface (subnet, security groups,
-delete on termination) and metadata options; EC2 applies them. Without that, instances launched from
+moto ignores a launch template's network interface (subnet, security groups)
+and metadata options; EC2 applies them. Without that, instances launched from
 our templates would get random 10.x addresses instead of loopback ones.
 
 EC2 also applies a launch template's InstanceMarketOptions (a spot template
@@ -89,7 +89,6 @@ def _patch_launch_template_network():
 
     def run_instances(self, image_id, count, user_data, security_group_names, **kwargs):
         template_arg = kwargs.get("launch_template")
-        primary = None
         if template_arg and not kwargs.get("nics") and not kwargs.get("subnet_id"):
             data = self._get_template_from_args(template_arg).data
             nics = [dict(n) for n in data.get("NetworkInterfaces") or []]
@@ -104,14 +103,7 @@ def _patch_launch_template_network():
                     kwargs["associate_public_ip"] = str(primary["AssociatePublicIpAddress"]).lower() == "true"
             if not kwargs.get("metadata_options") and data.get("MetadataOptions"):
                 kwargs["metadata_options"] = dict(data["MetadataOptions"])
-        reservation = original(self, image_id, count, user_data, security_group_names, **kwargs)
-        if primary and str(primary.get("DeleteOnTermination", "")).lower() == "true":
-            # ... and its DeleteOnTermination: the interface goes with the instance, so a
-            # VPC's security group and subnet can be deleted after its instances.
-            for instance in reservation.instances:
-                for nic in instance.nics.values():
-                    nic.delete_on_termination = True
-        return reservation
+        return original(self, image_id, count, user_data, security_group_names, **kwargs)
 
     InstanceBackend.run_instances = run_instances
 
