@@ -94,10 +94,11 @@ def _index(wheels, python_version, machine):
 
 
 def lock(wheels, roots, python_version, machine="x86_64", hasher=sha256):
-    """Resolve ``roots`` in ``wheels`` -> dict(lines, pins, missing).
+    """Resolve ``roots`` in ``wheels`` -> dict(lines, pins, files, missing).
 
     ``lines``: requirement lines ``name==version --hash=sha256:...`` (sorted by name) for
-    ``pip install --require-hashes -r``; ``pins``: {name: version}; ``missing``: the
+    ``pip install --require-hashes -r``; ``pins``: {name: version}; ``files``: the wheel
+    file names pinned (what the node's wheelhouse must hold); ``missing``: the
     requirements no fitting wheel satisfies (or that conflict with a pin), each said
     with what the wheelhouse has.
     """
@@ -131,8 +132,10 @@ def lock(wheels, roots, python_version, machine="x86_64", hasher=sha256):
                     if (dep, ex) not in seen:
                         seen.add((dep, ex))
                         todo.append((dep, ex))
-    lines = []
+    lines, files = [], []
     for name in sorted(pins):
-        hashes = sorted({hasher(p) for p in idx[name][pins[name]]})
+        paths = idx[name][pins[name]]
+        files += [os.path.basename(p) for p in paths]
+        hashes = sorted({hasher(p) for p in paths})
         lines.append(f"{name}=={pins[name]} " + " ".join(f"--hash=sha256:{h}" for h in hashes))
-    return {"lines": lines, "pins": pins, "missing": missing}
+    return {"lines": lines, "pins": pins, "files": sorted(files), "missing": missing}
