@@ -231,3 +231,16 @@ def test_families_known_to_the_cuda_role_defaults_are_classified():
     with open(os.path.join(root, "roles", "cuda", "defaults", "main.yml")) as fh:
         fams = yaml.safe_load(fh)["cuda_gpu_instance_families"]
     assert sorted(fams) == sorted(gpu_select.GPU_FAMILIES)
+
+
+def test_gpu_wheel_pins_agree_everywhere():
+    """requirements-node-gpu.txt (the wheelhouse), the mxnet role's defaults and gpu_select pin the same wheels."""
+    import yaml
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    with open(os.path.join(root, "requirements-node-gpu.txt")) as fh:
+        req = [line.split("#")[0].strip() for line in fh if line.split("#")[0].strip()]
+    with open(os.path.join(root, "roles", "mxnet", "defaults", "main.yml")) as fh:
+        defaults = yaml.safe_load(fh)
+    assert req[0] == f"{defaults['mxnet_gpu_package']}=={defaults['mxnet_version']}" == "mxnet-cu117==1.9.1"
+    assert req[1:] == defaults["mxnet_cuda_runtime_wheels"] == list(gpu_select.CUDA_RUNTIME_WHEELS)
+    assert defaults["mxnet_gpu_package"] == gpu_select.MXNET_GPU_PACKAGE
