@@ -46,6 +46,12 @@ def wheel_lock_lines(wheel_dir, roots, python_version, machine="x86_64"):
         raise AnsibleFilterError(f"wheel_lock_lines: {exc}") from exc
 
 
+def wheels_named(files, requirements):
+    """The wheel file names (of ``files``) whose project is named in ``requirements`` (``name==v`` or names)."""
+    names = {wheel_lock.normalize(str(r).split("==")[0].split(";")[0].strip()) for r in requirements or []}
+    return [f for f in files or [] if (wheel_lock.parse_wheel(f) or {}).get("name") in names]
+
+
 def openpgp_key_problem(armored, pinned):
     """'' when an armored key file holds exactly the pinned primary key(s), else the reason to refuse it."""
     return openpgp.key_problem(armored, pinned)
@@ -60,5 +66,6 @@ class FilterModule:
             "gpu_instance": gpu_instance,
             "mxnet_requirements": mxnet_requirements,
             "wheel_lock_lines": wheel_lock_lines,
+            "wheels_named": wheels_named,
             "openpgp_key_problem": openpgp_key_problem,
         }

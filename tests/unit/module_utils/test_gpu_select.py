@@ -244,3 +244,11 @@ def test_gpu_wheel_pins_agree_everywhere():
     assert req[0] == f"{defaults['mxnet_gpu_package']}=={defaults['mxnet_version']}" == "mxnet-cu117==1.9.1"
     assert req[1:] == defaults["mxnet_cuda_runtime_wheels"] == list(gpu_select.CUDA_RUNTIME_WHEELS)
     assert defaults["mxnet_gpu_package"] == gpu_select.MXNET_GPU_PACKAGE
+
+
+def test_wheels_named_picks_the_gpu_only_wheels():
+    files = ["mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl", "mxnet_cu117-1.9.1-py3-none-manylinux2014_x86_64.whl",
+             "nvidia_cudnn_cu11-8.5.0.96-2-py3-none-manylinux1_x86_64.whl", "dynatrain_runtime-0.1.0+gabc-py3-none-any.whl",
+             "README.txt"]
+    gpu_only = F["wheels_named"](files, ["mxnet-cu117", "nvidia-cudnn-cu11==8.5.0.96"])
+    assert gpu_only == files[1:3]
