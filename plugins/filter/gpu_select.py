@@ -48,7 +48,7 @@ def wheel_lock_lines(wheel_dir, roots, python_version, machine="x86_64"):
 
 def wheels_named(files, requirements):
     """The wheel file names (of ``files``) whose project is named in ``requirements`` (``name==v`` or names)."""
-    names = {wheel_lock.normalize(str(r).split("==")[0].split(";")[0].strip()) for r in requirements or []}
+    names = {wheel_lock.normalize(str(r).split("==", maxsplit=1)[0].split(";")[0].strip()) for r in requirements or []}
     return [f for f in files or [] if (wheel_lock.parse_wheel(f) or {}).get("name") in names]
 
 

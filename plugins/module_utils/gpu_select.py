@@ -83,7 +83,7 @@ CUDA_RUNTIME_WHEELS = (
 
 def instance_family(instance_type):
     """``g5.xlarge`` -> ``g5``; '' for an empty or missing type."""
-    return str(instance_type or "").strip().lower().split(".")[0]
+    return str(instance_type or "").strip().lower().split(".", maxsplit=1)[0]
 
 
 def gpu_family(instance_type):
@@ -98,7 +98,7 @@ def kernel_module_flavour(architecture):
 
 def repo_url(distribution, major_version, machine, base=REPO_BASE):
     """NVIDIA's flat apt repository for the OS, or raise ValueError saying which OS is not covered."""
-    key = (str(distribution or "").lower(), str(major_version or "").split(".")[0])
+    key = (str(distribution or "").lower(), str(major_version or "").split(".", maxsplit=1)[0])
     name = REPO_OS.get(key)
     arch = REPO_ARCH.get(str(machine or "").lower())
     if name is None:
