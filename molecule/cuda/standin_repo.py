@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+
 def packages(kernel):
     return [
         # name, version, depends, files {path: (content, mode)}

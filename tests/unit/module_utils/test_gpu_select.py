@@ -91,7 +91,7 @@ def test_mxnet_requirements_cpu_and_gpu():
     assert F["mxnet_requirements"](False) == ["mxnet==1.9.1"]
     gpu = F["mxnet_requirements"](True)
     assert gpu[0] == "mxnet-cu117==1.9.1" and "mxnet==1.9.1" not in gpu
-    names = {r.split("==")[0] for r in gpu[1:]}
+    names = {r.split("==", maxsplit=1)[0] for r in gpu[1:]}
     # every CUDA library libmxnet.so of mxnet-cu117 links (readelf -d) comes from one of these
     for lib in ("cuda-runtime", "cublas", "cufft", "curand", "cusolver", "cusparse", "cuda-nvrtc", "nvtx",
                 "cudnn", "nccl"):
@@ -126,8 +126,8 @@ def house(tmp_path):
     _wheel(d, "numpy-1.23.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
     _wheel(d, "numpy-1.23.5-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
     _wheel(d, "numpy-1.22.0-cp311-cp311-manylinux_2_17_x86_64.whl")
-    _wheel(d, "requests-2.32.0-py3-none-any.whl", ["idna<4,>=2.5", "PySocks!=1.5.7 ; extra == 'socks'",
-                                                    "colorama ; sys_platform == 'win32'"])
+    _wheel(d, "requests-2.32.0-py3-none-any.whl",
+           ["idna<4,>=2.5", "PySocks!=1.5.7 ; extra == 'socks'", "colorama ; sys_platform == 'win32'"])
     _wheel(d, "idna-3.7-py3-none-any.whl")
     return d
 
