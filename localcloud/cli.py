@@ -69,35 +69,49 @@ def _wanted_wheels(req_file):
     return pins
 
 
-def _missing_wheels(req_file, wheel_dir):
+def _missing_wheels(req_file, wheel_dir, python="3.11"):
     have = [f.lower() for f in os.listdir(wheel_dir)] if os.path.isdir(wheel_dir) else []
-    return [(n, v) for n, v in _wanted_wheels(req_file) if not any(h.startswith("%s-%s-" % (n, v)) for h in have)]
+    tag = "-cp%s-" % python.replace(".", "")
+
+    def present(name, version):
+        files = [h for h in have if h.startswith("%s-%s-" % (name, version))]
+        # a binary wheel of another CPython does not count; pure ones (py3-none) fit every Python
+        return any(tag in h or "-py3-" in h or "-py2.py3-" in h for h in files)
+
+    return [(n, v) for n, v in _wanted_wheels(req_file) if not present(n, v)]
 
 
 def cmd_wheelhouse(args):
-    req = os.path.join(config.REPO_DIR, "requirements-node.txt")
+    """Download the node wheels for CPython ``--python`` (default 3.11); ``--gpu`` adds the CUDA build's.
+
+    The GPU part (requirements-node-gpu.txt: mxnet-cu117 and the nvidia-*-cu11 runtime wheels,
+    several GB) is opt-in: make setup and CI never download it. ``--python 3.10`` adds the cp310
+    wheels an Ubuntu 22.04 Deep Learning AMI needs (both fit in one wheelhouse).
+    """
+    reqs = [os.path.join(config.REPO_DIR, "requirements-node.txt")]
+    if getattr(args, "gpu", False):
+        reqs.append(os.path.join(config.REPO_DIR, "requirements-node-gpu.txt"))
+    python = getattr(args, "python", None) or "3.11"
     dest = config.wheelhouse_dir()
-    missing = _missing_wheels(req, dest)
+    missing = [m for req in reqs for m in _missing_wheels(req, dest, python)]
+    wanted = sum(len(_wanted_wheels(req)) for req in reqs)
     if not missing:
-        print("wheelhouse: all %d pinned wheels present in %s" % (len(_wanted_wheels(req)), dest))
+        print("wheelhouse: all %d pinned wheels for Python %s present in %s" % (wanted, python, dest))
         return 0
     print(
-        "wheelhouse: downloading %d missing (%s) into %s" % (len(missing), ", ".join(n for n, _version in missing), dest),
+        "wheelhouse: downloading %d missing for Python %s (%s) into %s"
+        % (len(missing), python, ", ".join(n for n, _version in missing), dest),
         flush=True,
     )
     os.makedirs(dest, exist_ok=True)
-    # Nodes run Debian's Python 3.11 on x86_64, whatever the controller runs.
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "-r",
-        req,
+    # Nodes run Debian's Python 3.11 (or a DLAMI's 3.10) on x86_64, whatever the controller runs.
+    cmd = [sys.executable, "-m", "pip", "download", "-q"]
+    for req in reqs:
+        cmd += ["-r", req]
+    cmd += [
         "--only-binary=:all:",
         "--python-version",
-        "3.11",
+        python,
         "--platform",
         "manylinux2014_x86_64",
         "--implementation",
@@ -342,7 +356,10 @@ def main(argv=None):
     b = sub.add_parser("build-image", help="build %s with debootstrap (cached)" % config.IMAGE)
     b.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     b.set_defaults(func=cmd_build_image)
-    sub.add_parser("wheelhouse", help="download node wheels (requirements-node.txt)").set_defaults(func=cmd_wheelhouse)
+    w = sub.add_parser("wheelhouse", help="download node wheels (requirements-node.txt)")
+    w.add_argument("--gpu", action="store_true", help="also the CUDA build's wheels (requirements-node-gpu.txt, GBs)")
+    w.add_argument("--python", default="3.11", choices=("3.10", "3.11"), help="the nodes' CPython [%(default)s]")
+    w.set_defaults(func=cmd_wheelhouse)
     sub.add_parser("up", help="start the cloud in the background").set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the cloud, remove every node (idempotent)").set_defaults(func=cmd_down)
     s = sub.add_parser("status", help="daemon, instances, containers, EFS")

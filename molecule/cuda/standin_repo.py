@@ -4,11 +4,14 @@
 Molecule has no route to developer.download.nvidia.com, so the cuda role is
 converged against this repository, served on loopback inside the test
 container. The packages are empty shells named like the real ones; two
-versions of nvidia-driver and cuda-toolkit exist so the role's apt pins are
-really exercised (the pinned, older version must win).
+versions of nvidia-driver exist so the role's apt pin is really exercised (the
+pinned, older version must win), and both kernel-module flavours exist so the
+role's choice is visible. It also stands in for the Debian archive's contrib
+component (an empty suite under debian/, signed by the same key).
 
 Usage: standin_repo.py OUTDIR KERNEL_RELEASE
-Writes OUTDIR/{*.deb,Packages,Packages.gz,Release,InRelease,Release.gpg,key.asc}.
+Writes OUTDIR/{*.deb,Packages,Packages.gz,Release,InRelease,Release.gpg,key.asc,fingerprint}
+and OUTDIR/debian/dists/bookworm/{InRelease,contrib/binary-amd64/Packages}.
 """
 import email.utils
 import gzip
@@ -18,11 +21,6 @@ import subprocess
 import sys
 import tempfile
 
-NVCC = """#!/bin/sh
-echo "nvcc: NVIDIA (R) Cuda compiler driver (dynatrain stand-in)"
-echo "Cuda compilation tools, release 12.4, V12.4.131"
-"""
-
 
 def packages(kernel):
     return [
@@ -30,14 +28,10 @@ def packages(kernel):
         ("nvidia-driver", "550.54.15-1", "", {}),
         ("nvidia-driver", "560.35.03-1", "", {}),
         ("nvidia-kernel-open-dkms", "550.54.15-1", "", {}),
+        ("nvidia-kernel-dkms", "550.54.15-1", "", {}),
         ("cuda-drivers-550", "550.54.15-1",
-         "nvidia-driver (>= 550), nvidia-kernel-open-dkms (>= 550)", {}),
+         "nvidia-driver (>= 550), nvidia-kernel-open-dkms (>= 550) | nvidia-kernel-dkms (>= 550)", {}),
         ("cuda-drivers-560", "560.35.03-1", "nvidia-driver (>= 560)", {}),
-        ("cuda-toolkit-12-4", "12.4.1-1", "",
-         {"usr/local/cuda-12.4/bin/nvcc": (NVCC, 0o755),
-          "usr/local/cuda-12.4/lib64/.keep": ("", 0o644)}),
-        ("cuda-toolkit", "12.4.1-1", "cuda-toolkit-12-4", {}),
-        ("cuda-toolkit", "12.6.2-1", "", {}),
         ("linux-headers-" + kernel, "1.0-1", "", {}),
     ]
 
@@ -110,12 +104,37 @@ def main():
     with open(os.path.join(outdir, "key.asc"), "wb") as fh:
         fh.write(subprocess.run(gpg + ["--armor", "--export"], check=True, env=env,
                                 stdout=subprocess.PIPE).stdout)
-    release = os.path.join(outdir, "Release")
-    subprocess.run(gpg + ["--yes", "--clearsign", "-o", os.path.join(outdir, "InRelease"),
-                          release], check=True, env=env)
-    subprocess.run(gpg + ["--yes", "-abs", "-o", os.path.join(outdir, "Release.gpg"), release],
-                   check=True, env=env)
+    colons = subprocess.run(gpg + ["--with-colons", "--fingerprint"], check=True, env=env,
+                            stdout=subprocess.PIPE).stdout.decode()
+    fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+    with open(os.path.join(outdir, "fingerprint"), "w") as fh:
+        fh.write(fpr + "\n")
+    sign(gpg, env, outdir)
+    sign(gpg, env, contrib_suite(outdir))
     subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
+
+
+def sign(gpg, env, directory):
+    release = os.path.join(directory, "Release")
+    subprocess.run(gpg + ["--yes", "--clearsign", "-o", os.path.join(directory, "InRelease"),
+                          release], check=True, env=env)
+    subprocess.run(gpg + ["--yes", "-abs", "-o", os.path.join(directory, "Release.gpg"), release],
+                   check=True, env=env)
+
+
+def contrib_suite(outdir):
+    """An empty bookworm suite with a contrib component: the role's Debian contrib source."""
+    suite = os.path.join(outdir, "debian", "dists", "bookworm")
+    os.makedirs(os.path.join(suite, "contrib", "binary-amd64"), exist_ok=True)
+    rel = "contrib/binary-amd64/Packages"
+    open(os.path.join(suite, rel), "wb").close()
+    lines = ["Origin: Debian", "Label: Debian", "Suite: stable", "Codename: bookworm",
+             "Architectures: amd64", "Components: contrib",
+             "Date: " + email.utils.formatdate(usegmt=True), "SHA256:",
+             " %s 0 %s" % (hashlib.sha256(b"").hexdigest(), rel)]
+    with open(os.path.join(suite, "Release"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return suite
 
 
 if __name__ == "__main__":

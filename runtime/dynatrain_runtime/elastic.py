@@ -8,6 +8,7 @@ MXNet Gluon is first-class.  A script does::
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
                             kvstore=el.kv, update_on_kvstore=False)
     el.attach(net, trainer)                 # resumes from the latest checkpoint, if any
+    # el.ctx: the node's GPUs (or [cpu]); initialise the net on them and split each share across them
     for batch in el.batches():              # this worker's share of each global step
         x, y, w = X[batch.indices], Y[batch.indices], nd.array(batch.weights)
         with autograd.record():
@@ -55,6 +56,7 @@ import threading
 import time
 import weakref
 
+from . import devices
 from .checkpoint import CheckpointStore
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
 from .jobfiles import JobFiles, append_jsonl, write_json
@@ -121,6 +123,7 @@ class Elastic:
             self.files.events = os.environ["DT_EVENTS"]
         import mxnet as mx  # noqa: E402 (lazy: the pure parts above must not need MXNet)
         self.mx = mx
+        self._ctx = None                         # the devices, chosen on first use (``ctx``)
         distributed = "DMLC_ROLE" in os.environ
         self.kv = mx.kv.create(kvstore if distributed else "local")
         self.rank, self.world = self.kv.rank, self.kv.num_workers
@@ -180,7 +183,7 @@ class Elastic:
             latest = self.store.latest()
         if latest is not None:
             path, meta = latest
-            net.load_parameters(os.path.join(path, "params"), ctx=self._ctx())
+            net.load_parameters(os.path.join(path, "params"), ctx=self.ctx)
             states = os.path.join(path, "trainer.states")
             if os.path.exists(states):
                 trainer.load_states(states)
@@ -203,8 +206,12 @@ class Elastic:
         self._emit_hb("started", force=True)
         return self
 
-    def _ctx(self):
-        return self.mx.cpu()
+    @property
+    def ctx(self):
+        """This worker's devices: every GPU of the node (``devices.contexts``), else ``[mx.cpu()]``."""
+        if self._ctx is None:
+            self._ctx = devices.contexts(self.mx)
+        return self._ctx
 
     # ----------------------------------------------------------------- the loop
     def step_batch(self):

@@ -1,7 +1,8 @@
 """Example elastic training script: a Gluon MLP (or a small conv net) on scikit-learn's digits (8x8, 10 classes).
 
 Installed as ``dt-train-digits``.  Runs under the launcher (kvstore dist_sync, one process per worker host) or alone
-(local kvstore, one worker).  Per epoch it prints loss/accuracy and appends an
+(local kvstore, one worker), on the node's devices (``el.ctx``: every GPU of the node, else the CPU): each
+worker's share of a step is split across them (``gluon.utils.split_and_load``).  Per epoch it prints loss/accuracy and appends an
 ``epoch`` record to ``$EFS_MOUNT/events.jsonl``; at the end rank 0 writes
 ``$EFS_MOUNT/results/final.json``.  Exit status: 0 = done, 75 = stopped at a
 boundary on the launcher's request (checkpoint written), other = failure.
@@ -52,6 +53,46 @@ def forward_eval(net, x):
         return net(x)
 
 
+def device_shares(indices, weights, ndev):
+    """Indices and weights of a share, padded to at least one sample per device.
+
+    Every device then takes part in every step (its gradient is fresh, as the Trainer expects);
+    a padding sample repeats the first index with weight 0, so it adds nothing (like the
+    placeholder share of ``plan_step``), and the samples used stay exactly the share's.
+    """
+    idx, w = list(indices), [float(x) for x in weights]
+    if len(idx) < ndev:
+        idx += [idx[0]] * (ndev - len(idx))
+        w += [0.0] * (ndev - len(w))
+    return np.asarray(idx), np.asarray(w, dtype="float32")
+
+
+def train_step(net, loss_fn, ctx, x, y, w):
+    """Forward/backward of one share split across ``ctx``; returns its (weighted) loss and correct sums.
+
+    On one device (the CPU) nothing is split or copied: the share is one batch, as before.
+    """
+    from mxnet import autograd, gluon, nd
+    if len(ctx) == 1:
+        xi, yi = nd.array(x, ctx=ctx[0]), nd.array(y, ctx=ctx[0])
+        with autograd.record():
+            out = net(xi)
+            loss = loss_fn(out, yi)
+            if not w.all():                   # a placeholder: weight 0
+                loss = loss * nd.array(w, ctx=ctx[0])
+        loss.backward()
+        return loss.sum(), (out.argmax(axis=1) == yi).sum()
+    xs, ys, ws = (gluon.utils.split_and_load(a, ctx, even_split=False) for a in (x, y, w))
+    with autograd.record():
+        outs = [net(xi) for xi in xs]
+        losses = [loss_fn(o, yi) * wi for o, yi, wi in zip(outs, ys, ws)]
+    autograd.backward(losses)
+    loss = [lo.sum() for lo in losses]
+    correct = [((o.argmax(axis=1) == yi) * wi).sum() for o, yi, wi in zip(outs, ys, ws)]
+    home = ctx[0]         # one NDArray each, summed on the engine (no per-step sync)
+    return nd.add_n(*[v.as_in_context(home) for v in loss]), nd.add_n(*[v.as_in_context(home) for v in correct])
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="Elastic MXNet Gluon MLP on the digits data set")
     ap.add_argument("--data", default=DEFAULT_DATA, help="prepared .npz (dt-prepare-digits) [%(default)s]")
@@ -97,7 +138,7 @@ def main(argv=None):
     x_train, y_train, x_val, y_val = load_data(args.data, args.seed, args.val_fraction)
     # MXNet is imported before the launcher assigns this (possibly pre-warmed) process its role.
     import mxnet as mx
-    from mxnet import autograd, gluon, nd
+    from mxnet import gluon, nd
 
     el = Elastic(num_samples=len(x_train), global_batch=args.global_batch, epochs=args.epochs,
                  seed=args.seed, lr=args.lr, batch_policy=args.batch_policy,
@@ -107,14 +148,15 @@ def main(argv=None):
                  kvstore=args.kvstore)
     mx.random.seed(args.seed)
     net = build_net(args.model, args.hidden)
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
-    forward_eval(net, nd.zeros((1, x_train.shape[1])))      # materialise shapes before a checkpoint load
+    ctx = el.ctx                                             # the node's GPUs, or [cpu]
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    forward_eval(net, nd.zeros((1, x_train.shape[1]), ctx=ctx[0]))   # materialise shapes before a checkpoint load
     net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": args.lr, "momentum": args.momentum},
                             kvstore=el.kv, update_on_kvstore=False)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     el.attach(net, trainer)
-    xv, yv = nd.array(x_val), y_val
+    xv, yv = nd.array(x_val, ctx=ctx[0]), y_val
 
     def val_accuracy():
         return float((forward_eval(net, xv).argmax(axis=1).asnumpy() == yv).mean())
@@ -134,19 +176,15 @@ def main(argv=None):
     el.on_epoch_end(epoch_end)
     if el.rank == 0:
         print(f"train_digits: rank 0 of {el.world}, generation {el.generation}, start at epoch {el.epoch} "
-              f"step {el.step} (pos {el.pos}), {len(x_train)} train / {len(x_val)} val", flush=True)
+              f"step {el.step} (pos {el.pos}), {len(x_train)} train / {len(x_val)} val, "
+              f"devices {','.join(str(c) for c in ctx)}", flush=True)
     for batch in el.batches():
-        idx = np.asarray(batch.indices)
-        x, y = nd.array(x_train[idx]), nd.array(y_train[idx])
-        with autograd.record():
-            out = net(x)
-            loss = loss_fn(out, y)
-            if batch.placeholder:                 # no sample for us this step: take part, add nothing
-                loss = loss * 0
-        loss.backward()
+        # weights: 1 per sample of the share, 0 for a placeholder (no sample for us: take part, add nothing)
+        idx, w = device_shares(batch.indices, batch.weights, len(ctx))
+        loss, correct = train_step(net, loss_fn, ctx, x_train[idx], y_train[idx], w)
         trainer.step(batch.global_size)           # sum of all workers' gradients / global batch = mean
         if not batch.placeholder:                 # NDArrays: summed on the engine, no per-step sync
-            batch.report(loss=loss.sum(), correct=(out.argmax(axis=1) == y).sum())
+            batch.report(loss=loss, correct=correct)
         if args.step_sleep:
             time.sleep(args.step_sleep)
     if el.finished and el.rank == 0:

@@ -73,3 +73,27 @@ def test_down_when_nothing_runs_is_ok(monkeypatch, tmp_path, capsys):
     assert cli.main(["down"]) == 0
     assert cli.main(["down"]) == 0
     assert "down" in capsys.readouterr().out
+
+
+def test_missing_wheels_per_python(tmp_path):
+    req = tmp_path / "req.txt"
+    req.write_text("numpy==1.23.5\nidna==3.20\nnvidia-cudnn-cu11==8.5.0.96\n")
+    wd = tmp_path / "w"
+    wd.mkdir()
+    (wd / "numpy-1.23.5-cp311-cp311-manylinux_2_17_x86_64.whl").write_text("")
+    (wd / "idna-3.20-py3-none-any.whl").write_text("")
+    (wd / "nvidia_cudnn_cu11-8.5.0.96-2-py3-none-manylinux1_x86_64.whl").write_text("")
+    assert cli._missing_wheels(str(req), str(wd)) == []
+    # a cp311 build does not serve a Python 3.10 node (Ubuntu 22.04 Deep Learning AMI)
+    assert cli._missing_wheels(str(req), str(wd), "3.10") == [("numpy", "1.23.5")]
+
+
+def test_wheelhouse_gpu_is_opt_in(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cli.config, "wheelhouse_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    cli.main(["wheelhouse"])
+    cli.main(["wheelhouse", "--gpu", "--python", "3.10"])
+    assert not any(a.endswith("requirements-node-gpu.txt") for a in calls[0])
+    assert any(a.endswith("requirements-node-gpu.txt") for a in calls[1])
+    assert calls[1][calls[1].index("--python-version") + 1] == "3.10"
