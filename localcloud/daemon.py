@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, moto_compat
+from . import config, moto_compat, request_log
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -35,7 +35,9 @@ def client(service, region=config.REGION):
         endpoint_url=config.endpoint(),
         aws_access_key_id=config.ACCESS_KEY,
         aws_secret_access_key=config.SECRET_KEY,
-        config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30),
+        # the mark keeps the cloud's own bookkeeping out of the product's recorded calls (request_log)
+        config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30,
+                      user_agent_extra=request_log.INTERNAL_MARK),
     )
 
 
@@ -159,10 +161,11 @@ def run():
     control.daemon_state = state
     threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
 
-    from moto.server import ThreadedMotoServer
-
     moto_compat.apply()
-    server = ThreadedMotoServer(ip_address=config.HOST, port=config.port(), verbose=False)
+    # A new cloud is a new account: its record of API calls starts empty.
+    calls = request_log.log_path(home)
+    open(calls, "w").close()
+    server = request_log.logging_server(config.HOST, config.port(), calls)
     server.start()
     reconciler = None
     try:
