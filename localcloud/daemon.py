@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, moto_compat, request_log
+from . import config, moto_compat, quotas, request_log
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -106,6 +106,12 @@ class _Control(BaseHTTPRequestHandler):
         d = self.server.daemon_state
         if self.path == "/spot-capacity":
             return self._spot_capacity()
+        if self.path == "/quota":  # localcloud/quotas.py: set an EC2 vCPU quota
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            except ValueError as e:
+                return self._reply(400, {"error": "bad request: %s" % e})
+            return self._reply(*quotas.handle_post(body))
         if self.path != "/interrupt":
             return self._reply(404, {"error": "not found"})
         try:
@@ -162,6 +168,7 @@ def run():
     threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
 
     moto_compat.apply()
+    quotas.apply()
     # A new cloud is a new account: its record of API calls starts empty.
     calls = request_log.log_path(home)
     open(calls, "w").close()
