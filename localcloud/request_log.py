@@ -178,19 +178,27 @@ def policy_actions(policy):
     return out
 
 
-def compare(allowed, called, not_exercised):
+def compare(allowed, called, not_exercised, not_needed=None):
     """Problems between a policy's actions and the calls a run made, as sentences (none = proven).
 
     `not_exercised` maps an allowed action the run cannot make to why (paths the local
-    run does not take); an entry that was called after all is stale and reported too.
+    run does not take, permissions AWS checks on the caller's behalf); `not_needed` maps a
+    called action that needs no grant to why (AWS requires none, or the caller goes on
+    when it is denied). A stale entry in either is reported too.
     """
+    not_needed = set(not_needed or ())
+    not_exercised = set(not_exercised)
     problems = []
-    for action in sorted(called - allowed):
+    for action in sorted(called - allowed - not_needed):
         problems.append("called but not allowed by the policy: %s" % action)
-    for action in sorted(allowed - called - set(not_exercised)):
+    for action in sorted(allowed - called - not_exercised):
         problems.append("allowed but never called (remove it, or list it as not exercised with why): %s" % action)
-    for action in sorted(set(not_exercised) & called):
+    for action in sorted(not_exercised & called):
         problems.append("listed as not exercised but called: %s" % action)
-    for action in sorted(set(not_exercised) - allowed):
+    for action in sorted(not_exercised - allowed):
         problems.append("listed as not exercised but not in the policy: %s" % action)
+    for action in sorted(not_needed & allowed):
+        problems.append("listed as not needed but allowed by the policy: %s" % action)
+    for action in sorted(not_needed - called):
+        problems.append("listed as not needed but never called: %s" % action)
     return problems
