@@ -35,13 +35,15 @@ MODULE_ACTIONS = {
     # our modules that call AWS
     "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
+    "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
+                                         "servicequotas:GetServiceQuota"},
     "community.aws.efs_info": {"elasticfilesystem:DescribeFileSystems", "elasticfilesystem:DescribeTags",
                                "elasticfilesystem:DescribeMountTargets",
                                "elasticfilesystem:DescribeMountTargetSecurityGroups"},
 }
 # plugins/inventory/ec2_elastic.py: one DescribeInstances per region, one batched DescribeInstanceTypes.
 # A task line calling an AWS module: amazon.aws / community.aws, or one of ours that calls AWS.
-AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_az)):"
+AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_\w+)):"
 INVENTORY_ACTIONS = {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes"}
 
 
