@@ -92,6 +92,6 @@ def handle_post(body):
     try:
         value = set_quota(body.get("service", "ec2"), body["code"], body["value"])
     except (KeyError, ValueError, TypeError) as e:
-        return 400, {"error": str(e).strip('"')}
+        return 400, {"error": str(e.args[0]) if e.args else str(e)}
     return 200, {"service": body.get("service", "ec2"), "code": body["code"], "value": value,
                  "name": EC2_QUOTAS[body["code"]]}
