@@ -74,7 +74,7 @@ def _rest_routes(service):
     for name in model.operation_names:
         http = model.operation_model(name).http
         uri = http.get("requestUri", "/")
-        path, _, query = uri.partition("?")
+        path, query = (uri.split("?", 1) + [""])[:2]
         pattern = re.sub(r"\\\{[^}]+\\\+\\\}", ".+", re.escape(path))
         pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
         keys = tuple(q.split("=", 1)[0] for q in query.split("&") if q)

@@ -8,13 +8,15 @@ import sys
 
 import pytest
 
-from test_preflight_playbook import ROOT, run_preflight, settings, vpc_count  # noqa: F401 (fixture helpers)
-from test_preflight_playbook import cloud  # noqa: F401  (the module's moto server + AMI)
+import test_preflight_playbook
+from test_preflight_playbook import ROOT, run_preflight, settings, vpc_count
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from localcloud import quotas  # noqa: E402
+
+cloud = test_preflight_playbook.cloud  # the same fixture: a moto server and an AMI for this module
 
 STANDARD, STANDARD_SPOT = "L-1216C47A", "L-34B43A08"
 
@@ -27,14 +29,14 @@ def ec2_quotas():
     quotas.reset()
 
 
-def test_bootstrap_within_the_quota_passes(tmp_path, cloud):  # noqa: F811
+def test_bootstrap_within_the_quota_passes(tmp_path, cloud):
     quotas.set_quota("ec2", STANDARD, 12)  # c5.xlarge has 4 vCPUs: master + 2 workers = 12
     rc, out = run_preflight(tmp_path, settings(cloud, worker_count=2))
     assert rc == 0, out[-3000:]
     assert f"vCPU quotas {STANDARD} cover the request" in out, out[-2000:]
 
 
-def test_bootstrap_over_the_quota_says_what_to_change(tmp_path, cloud):  # noqa: F811
+def test_bootstrap_over_the_quota_says_what_to_change(tmp_path, cloud):
     quotas.set_quota("ec2", STANDARD, 8)
     before = vpc_count(cloud)
     rc, out = run_preflight(tmp_path, settings(cloud, worker_count=2))
@@ -48,7 +50,7 @@ def test_bootstrap_over_the_quota_says_what_to_change(tmp_path, cloud):  # noqa:
     assert vpc_count(cloud) == before
 
 
-def test_running_instances_of_the_class_count(tmp_path, cloud):  # noqa: F811
+def test_running_instances_of_the_class_count(tmp_path, cloud):
     ec2 = cloud["ec2"]
     ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=cloud["image"]["ImageId"], MinCount=2, MaxCount=2,
                                                       InstanceType="m5.large")["Instances"]]  # 2 x 2 vCPUs
@@ -61,7 +63,7 @@ def test_running_instances_of_the_class_count(tmp_path, cloud):  # noqa: F811
         ec2.terminate_instances(InstanceIds=ids)
 
 
-def test_add_workers_checks_the_spot_quota_of_count(tmp_path, cloud):  # noqa: F811
+def test_add_workers_checks_the_spot_quota_of_count(tmp_path, cloud):
     quotas.set_quota("ec2", STANDARD, 4)  # on-demand: only the new spot workers count
     quotas.set_quota("ec2", STANDARD_SPOT, 8)
     extra = dict(dt_preflight_admin_cidr=False, dt_preflight_launch="add", dt_worker_market="spot")
