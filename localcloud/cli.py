@@ -1,4 +1,4 @@
-"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt, spot-capacity."""
+"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt, spot-capacity, quota."""
 
 import argparse
 import json
@@ -344,6 +344,17 @@ def cmd_spot_capacity(args):
     return 0
 
 
+def cmd_quota(args):
+    """Set an EC2 vCPU quota (Service Quotas' GetServiceQuota answers it): localcloud/quotas.py."""
+    if not _daemon_pid():
+        return _err("not running: `python -m localcloud up` first")
+    code, body = _control("/quota", {"service": args.service, "code": args.code, "value": args.value})
+    if code != 200:
+        return _err(body.get("error", "quota failed (%d)" % code))
+    print("localcloud: %s %s (%s) = %g vCPUs" % (body["service"], body["code"], body["name"], body["value"]))
+    return 0
+
+
 def cmd_daemon(args):
     from . import daemon
 
@@ -374,6 +385,11 @@ def main(argv=None):
     c = sub.add_parser("spot-capacity", help="show or cap the spot instances EC2 can give (tests of spot shortage)")
     c.add_argument("capacity", nargs="?", help="N (pending/running spot instances at most) or 'unlimited'")
     c.set_defaults(func=cmd_spot_capacity)
+    q = sub.add_parser("quota", help="set an EC2 vCPU quota, e.g. `quota ec2 L-1216C47A 32` (preflight tests)")
+    q.add_argument("service", choices=["ec2"])
+    q.add_argument("code", help="quota code, e.g. L-1216C47A (Running On-Demand Standard instances)")
+    q.add_argument("value", type=float, help="vCPUs")
+    q.set_defaults(func=cmd_quota)
     sub.add_parser("daemon", help=argparse.SUPPRESS).set_defaults(func=cmd_daemon)
     args = p.parse_args(argv)
     try:

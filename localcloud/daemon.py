@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, moto_compat
+from . import config, moto_compat, quotas, request_log
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -35,7 +35,9 @@ def client(service, region=config.REGION):
         endpoint_url=config.endpoint(),
         aws_access_key_id=config.ACCESS_KEY,
         aws_secret_access_key=config.SECRET_KEY,
-        config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30),
+        # the mark keeps the cloud's own bookkeeping out of the product's recorded calls (request_log)
+        config=Config(retries={"max_attempts": 2}, connect_timeout=5, read_timeout=30,
+                      user_agent_extra=request_log.INTERNAL_MARK),
     )
 
 
@@ -104,6 +106,12 @@ class _Control(BaseHTTPRequestHandler):
         d = self.server.daemon_state
         if self.path == "/spot-capacity":
             return self._spot_capacity()
+        if self.path == "/quota":  # localcloud/quotas.py: set an EC2 vCPU quota
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            except ValueError as e:
+                return self._reply(400, {"error": "bad request: %s" % e})
+            return self._reply(*quotas.handle_post(body))
         if self.path != "/interrupt":
             return self._reply(404, {"error": "not found"})
         try:
@@ -159,10 +167,12 @@ def run():
     control.daemon_state = state
     threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
 
-    from moto.server import ThreadedMotoServer
-
     moto_compat.apply()
-    server = ThreadedMotoServer(ip_address=config.HOST, port=config.port(), verbose=False)
+    quotas.apply()
+    # A new cloud is a new account: its record of API calls starts empty.
+    calls = request_log.log_path(home)
+    open(calls, "w").close()
+    server = request_log.logging_server(config.HOST, config.port(), calls)
     server.start()
     reconciler = None
     try:

@@ -114,3 +114,70 @@ def common_zones(offered, types):
     """The zones (sorted) that offer every type of `types`."""
     sets = [set(offered[t]) for t in types]
     return sorted(set.intersection(*sets)) if sets else []
+
+
+# EC2's vCPU quotas (Service Quotas, service code ec2) by instance class and market. A class is
+# the letters before the generation digit of the type (c5.xlarge -> c, g4dn.xlarge -> g).
+VCPU_QUOTAS = {
+    "standard": {"name": "Standard (A, C, D, H, I, M, R, T, Z)", "on-demand": "L-1216C47A", "spot": "L-34B43A08"},
+    "g": {"name": "G and VT", "on-demand": "L-DB2E81BA", "spot": "L-3819A6DF"},
+    "p": {"name": "P", "on-demand": "L-417A185B", "spot": "L-7212CCBC"},
+}
+_CLASS_OF_PREFIX = {"a": "standard", "c": "standard", "d": "standard", "h": "standard", "i": "standard",
+                    "m": "standard", "r": "standard", "t": "standard", "z": "standard",
+                    "g": "g", "vt": "g", "p": "p"}
+
+
+def vcpu_class(instance_type):
+    """The quota class of an instance type ('standard', 'g', 'p'), or None for one not checked
+    here (inf, trn, x, f, u-, dl, ...)."""
+    prefix = ""
+    for char in (instance_type or "").split(".", 1)[0].lower():
+        if char.isdigit():
+            break
+        prefix += char
+    return _CLASS_OF_PREFIX.get(prefix)
+
+
+def vcpu_needs(requests, vcpus_of, running):
+    """{(class, market): {'requested': n, 'running': n, 'types': [...]}} for the classes checked.
+
+    requests: [{'instance_type', 'count', 'market', 'setting'}] the instances this run may launch;
+    vcpus_of: {instance type: vCPUs} (DescribeInstanceTypes); running: [{'instance_type', 'market'}]
+    the region's pending/running instances that count against the same quotas.
+    """
+    needs = {}
+    for request in requests:
+        klass = vcpu_class(request["instance_type"])
+        count = int(request["count"])
+        if klass is None or count <= 0:
+            continue
+        need = needs.setdefault((klass, request["market"]), {"requested": 0, "running": 0, "types": []})
+        need["requested"] += vcpus_of[request["instance_type"]] * count
+        need["types"].append(f"{request.get('setting', 'instance type')}={request['instance_type']} "
+                             f"({vcpus_of[request['instance_type']]} vCPUs) x {count}")
+    for instance in running:
+        key = (vcpu_class(instance["instance_type"]), instance["market"])
+        if key in needs:
+            needs[key]["running"] += vcpus_of.get(instance["instance_type"], 0)
+    return needs
+
+
+def vcpu_problem(klass, market, need, quota, region=""):
+    """'' when the quota covers what is running plus what is requested, else what to change."""
+    total = need["requested"] + need["running"]
+    if total <= quota:
+        return ""
+    spec = VCPU_QUOTAS[klass]
+    code = spec[market]
+    name = (f"Running On-Demand {spec['name']} instances" if market == "on-demand"
+            else f"All {spec['name']} Spot Instance Requests")
+    where = f" in {region}" if region else ""
+    return (
+        f"vCPU quota too small{where}: {' + '.join(need['types'])} need {need['requested']} vCPUs, "
+        f"{need['running']} are already running, and the quota '{name}' ({code}) is {quota:g}. "
+        f"Ask for at least {total} (Service Quotas console, or aws service-quotas "
+        f"request-service-quota-increase --service-code ec2 --quota-code {code} --desired-value {total}), "
+        "or ask for fewer or smaller instances (worker_count / count, dt_worker_instance_type, "
+        "dt_master_instance_type), or stop other instances of that class."
+    )

@@ -1,4 +1,4 @@
-"""files/iam/dynatrain-reconcile-policy.json: least privilege for one reconcile pass.
+"""docs/iam/dynatrain-reconcile-policy.json: least privilege for one reconcile pass.
 
 The policy's shape (valid JSON, version, no wildcard action, no IAM action,
 every mutating action scoped by the cluster tag or the worker launch template,
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-IAM = ROOT / "files" / "iam"
+IAM = ROOT / "docs" / "iam"
 POLICY_FILE = IAM / "dynatrain-reconcile-policy.json"
 TRUST_FILE = IAM / "ec2-assume-role-trust.json"
 
@@ -35,13 +35,15 @@ MODULE_ACTIONS = {
     # our modules that call AWS
     "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
+    "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
+                                         "servicequotas:GetServiceQuota"},
     "community.aws.efs_info": {"elasticfilesystem:DescribeFileSystems", "elasticfilesystem:DescribeTags",
                                "elasticfilesystem:DescribeMountTargets",
                                "elasticfilesystem:DescribeMountTargetSecurityGroups"},
 }
 # plugins/inventory/ec2_elastic.py: one DescribeInstances per region, one batched DescribeInstanceTypes.
 # A task line calling an AWS module: amazon.aws / community.aws, or one of ours that calls AWS.
-AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_az)):"
+AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_\w+)):"
 INVENTORY_ACTIONS = {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes"}
 
 
@@ -182,3 +184,115 @@ def test_trust_policy_lets_ec2_assume_the_role():
     assert statement["Effect"] == "Allow"
     assert statement["Principal"] == {"Service": "ec2.amazonaws.com"}
     assert statement["Action"] == "sts:AssumeRole"
+
+
+# --- docs/iam/controller-policy.json: the identity that runs every playbook (issue 12) ---
+# The proof that it is least privilege is tests/e2e/test_iam_calls.py (the calls the e2e made,
+# recorded by the local cloud); these check its shape and the comparison that proof uses.
+
+CONTROLLER_FILE = IAM / "controller-policy.json"
+COVERAGE_FILE = IAM / "controller-policy-coverage.json"
+# Statements whose mutating action cannot carry a cluster-tag condition, and why (README.md).
+UNSCOPED = {
+    "RunInstancesWithTheirImageVolumesAndInterfaces",  # created or public resources; the instance needs the tag
+    "CreateTheSharedFileSystem",  # community.aws.efs creates untagged and tags after
+    "MountTargetInterfaces",  # EFS makes and removes the mount target's interface
+}
+SERVICE_LINKED = {"elasticfilesystem.amazonaws.com", "spot.amazonaws.com"}
+
+
+def _import_request_log():
+    import sys
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from localcloud import request_log
+    return request_log
+
+
+@pytest.fixture(scope="module")
+def controller():
+    return _load(CONTROLLER_FILE)["Statement"]
+
+
+def test_controller_policy_has_no_wildcard_action_and_unique_sids(controller):
+    assert _load(CONTROLLER_FILE)["Version"] == "2012-10-17"
+    sids = [s["Sid"] for s in controller]
+    assert len(set(sids)) == len(sids), sids
+    for statement in controller:
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        for action in _actions(statement):
+            assert "*" not in action, (statement["Sid"], action)
+
+
+def test_controller_mutations_are_scoped_by_the_cluster_tag(controller):
+    scoping = {f"aws:ResourceTag/{CLUSTER_TAG}", f"aws:RequestTag/{CLUSTER_TAG}", "iam:AWSServiceName"}
+    for statement in controller:
+        if not any(MUTATING.match(a) for a in _actions(statement)) or statement["Sid"] in UNSCOPED:
+            continue
+        assert _condition_keys(statement) & scoping, statement["Sid"]
+        assert "*" not in _as_list(statement["Resource"]), statement["Sid"]
+    reads = [s for s in controller if "*" in _as_list(s["Resource"])]
+    assert len(reads) == 1
+    assert all(a.split(":", 1)[1].startswith(("Describe", "Get")) for a in _actions(reads[0]))
+
+
+def test_only_iam_action_is_a_service_linked_role_for_efs_and_spot(controller):
+    iam = [s for s in controller if any(a.startswith("iam:") for a in _actions(s))]
+    assert {s["Condition"]["StringEquals"]["iam:AWSServiceName"] for s in iam} == SERVICE_LINKED
+    for statement in iam:
+        assert _actions(statement) == ["iam:CreateServiceLinkedRole"]
+        service = statement["Condition"]["StringEquals"]["iam:AWSServiceName"]
+        assert statement["Resource"].startswith(f"arn:aws:iam::ACCOUNT_ID:role/aws-service-role/{service}/")
+
+
+def test_cluster_tag_itself_cannot_be_changed_after_creation(controller):
+    retag = [s for s in controller if "ec2:DeleteTags" in _actions(s)]
+    assert retag
+    for statement in retag:
+        assert statement["Condition"]["ForAllValues:StringNotEquals"]["aws:TagKeys"] == [CLUSTER_TAG]
+    for statement in controller:
+        if "ec2:CreateTags" in _actions(statement) and statement not in retag:
+            assert "ec2:CreateAction" in statement["Condition"]["StringEquals"], statement["Sid"]
+
+
+def test_coverage_file_gives_a_reason_for_each_entry_and_readme_names_each_statement(controller):
+    coverage = _load(COVERAGE_FILE)
+    allowed = _import_request_log().policy_actions(_load(CONTROLLER_FILE))
+    for action, why in coverage["allowed_not_exercised_by_the_e2e"].items():
+        assert action in allowed and len(why) > 20, action
+    for action, why in coverage["called_not_needed"].items():
+        assert action not in allowed and len(why) > 20, action
+    readme = (IAM / "README.md").read_text(encoding="utf-8")
+    for statement in controller:
+        assert f"`{statement['Sid']}`" in readme, statement["Sid"]
+
+
+def test_comparison_finds_a_missing_grant_an_unused_grant_and_stale_entries():
+    compare = _import_request_log().compare
+    allowed = {"ec2:RunInstances", "ec2:CreateVpc", "ec2:CreateInternetGateway"}
+    assert compare(allowed, {"ec2:RunInstances", "ec2:CreateVpc", "sts:GetCallerIdentity"},
+                   {"ec2:CreateInternetGateway": "igw off"}, {"sts:GetCallerIdentity": "free"}) == []
+    problems = compare(allowed, {"ec2:RunInstances", "ec2:DeleteVpc"}, {"ec2:CreateInternetGateway": "igw off"})
+    assert problems == ["called but not allowed by the policy: ec2:DeleteVpc",
+                        "allowed but never called (remove it, or list it as not exercised with why): ec2:CreateVpc"]
+    stale = compare(allowed, {"ec2:RunInstances", "ec2:CreateVpc", "ec2:CreateInternetGateway"},
+                    {"ec2:CreateInternetGateway": "igw off", "ec2:CreateRoute": "igw off"},
+                    {"ec2:CreateVpc": "x", "iam:ListAccountAliases": "y"})
+    assert stale == ["listed as not exercised but called: ec2:CreateInternetGateway",
+                     "listed as not exercised but not in the policy: ec2:CreateRoute",
+                     "listed as not needed but allowed by the policy: ec2:CreateVpc",
+                     "listed as not needed but never called: iam:ListAccountAliases"]
+
+
+def test_product_calls_are_told_from_the_tests_and_the_clouds_own():
+    request_log = _import_request_log()
+    records = [
+        {"iam_action": "ec2:RunInstances", "user_agent": "APN/1.0 Ansible/2.19.4 Boto3/1.40"},
+        {"iam_action": "ec2:DescribeKeyPairs", "user_agent": "Boto3/1.40 dynatrain-localcloud"},
+        {"iam_action": "ec2:DescribeVpcs", "user_agent": "Boto3/1.40 Botocore/1.40"},
+        {"iam_action": None, "user_agent": "Ansible/2.19.4"},
+    ]
+    assert request_log.product_actions(records) == {"ec2:RunInstances"}
+    policy = {"Statement": [{"Effect": "Allow", "Action": "ec2:A"}, {"Effect": "Allow", "Action": ["ec2:B", "ec2:C"]},
+                            {"Effect": "Deny", "Action": "ec2:D"}]}
+    assert request_log.policy_actions(policy) == {"ec2:A", "ec2:B", "ec2:C"}

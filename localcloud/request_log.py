@@ -1,0 +1,204 @@
+"""Every AWS API call the local cloud serves, recorded server-side (issue 12).
+
+A WSGI middleware in front of moto's server writes one JSON line per request to
+`$DT_LOCALCLOUD_HOME/api-calls.jsonl`: the service (the SigV4 signing name, which
+is the IAM prefix: `ec2`, `elasticfilesystem`, `sts`, ...), the API action and
+`iam_action` (`ec2:RunInstances`), the HTTP status, and the caller's User-Agent.
+The User-Agent tells the product's calls (Ansible's AWS modules, our modules and
+the inventory plugin all send `Ansible/<version>`) from the cloud's own
+bookkeeping and a test's direct boto3 look-ups. The IAM test compares the
+product's calls with docs/iam/controller-policy.json (`compare`).
+
+The action is found the way AWS's front end finds it: `Action=` of the query
+protocol (EC2, STS, IAM; in the query string or the form body), `X-Amz-Target` of
+the JSON protocol (Service Quotas), or the method + path of the REST protocols
+(EFS), matched against botocore's model of the service.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import threading
+import time
+from functools import lru_cache
+from urllib.parse import parse_qs
+
+FILE_NAME = "api-calls.jsonl"
+# The User-Agent mark of the product's calls (amazon.aws module_utils/botocore.py:
+# "APN/1.0 Ansible/<version> ..."; the inventory plugin and our modules use the same client code).
+PRODUCT_MARK = "Ansible/"
+# The local cloud's own calls (daemon, reconciler) carry this in their User-Agent.
+INTERNAL_MARK = "dynatrain-localcloud"
+# botocore's service name where it differs from the signing name (the IAM prefix).
+_BOTOCORE_NAME = {"elasticfilesystem": "efs"}
+_CREDENTIAL = re.compile(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request")
+
+
+def log_path(home):
+    return os.path.join(home, FILE_NAME)
+
+
+def _service(environ):
+    match = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if match:
+        return match.group(1)
+    # presigned or unsigned: X-Amz-Credential in the query string
+    cred = parse_qs(environ.get("QUERY_STRING", "")).get("X-Amz-Credential", [""])[0]
+    parts = cred.split("/")
+    return parts[3] if len(parts) >= 5 else None
+
+
+def _read_body(environ):
+    """The request body, put back so moto reads it too."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    body = environ["wsgi.input"].read(length) if length > 0 else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+@lru_cache(maxsize=None)
+def _rest_routes(service):
+    """[(method, path regex, required query keys, literal length, operation)] from botocore's model."""
+    import botocore.session
+
+    try:
+        model = botocore.session.get_session().get_service_model(_BOTOCORE_NAME.get(service, service))
+    except Exception:  # an unknown service: no routes, the call is logged without an action
+        return []
+    routes = []
+    for name in model.operation_names:
+        http = model.operation_model(name).http
+        uri = http.get("requestUri", "/")
+        path, query = (uri.split("?", 1) + [""])[:2]
+        pattern = re.sub(r"\\\{[^}]+\\\+\\\}", ".+", re.escape(path))
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
+        keys = tuple(q.split("=", 1)[0] for q in query.split("&") if q)
+        literal = len(re.sub(r"\{[^}]+\}", "", path)) + len(keys)
+        routes.append((http.get("method", "POST"), re.compile(pattern + "/?$"), keys, literal, name))
+    # most specific first: /file-systems/{Id}/lifecycle-configuration before /file-systems/{Id}
+    routes.sort(key=lambda r: -r[3])
+    return routes
+
+
+def _rest_action(service, method, path, query):
+    present = set(parse_qs(query, keep_blank_values=True))
+    for verb, pattern, keys, _literal, name in _rest_routes(service):
+        if verb == method and pattern.match(path) and set(keys) <= present:
+            return name
+    return None
+
+
+def action_of(environ):
+    """(service, action) of one request; either may be None (moto's own /moto-api/ calls)."""
+    service = _service(environ)
+    query = environ.get("QUERY_STRING", "")
+    action = parse_qs(query).get("Action", [None])[0]
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if not action and target:
+        action = target.rsplit(".", 1)[-1]
+    if not action and environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+        action = parse_qs(_read_body(environ).decode("utf-8", "replace")).get("Action", [None])[0]
+    if not action and service:
+        action = _rest_action(service, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/"), query)
+    return service, action
+
+
+class RequestLog:
+    """WSGI middleware: record each request, then hand it to moto unchanged."""
+
+    def __init__(self, app, path):
+        self.app = app
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO", "").startswith("/moto-api"):
+            return self.app(environ, start_response)
+        service, action = action_of(environ)
+        status = {}
+
+        def recording_start_response(code, headers, exc_info=None):
+            status["code"] = int(code.split(" ", 1)[0])
+            return start_response(code, headers, exc_info)
+
+        result = self.app(environ, recording_start_response)
+        self.write(service, action, status.get("code"), environ.get("HTTP_USER_AGENT", ""))
+        return result
+
+    def write(self, service, action, code, user_agent):
+        record = {"t": round(time.time(), 3), "service": service, "action": action,
+                  "iam_action": "%s:%s" % (service, action) if service and action else None,
+                  "status": code, "user_agent": user_agent}
+        line = json.dumps(record, sort_keys=True) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+
+
+def logging_server(ip_address, port, path):
+    """moto's ThreadedMotoServer with RequestLog in front of its application."""
+    from moto.server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    class LoggingMotoServer(ThreadedMotoServer):
+        def _server_entry(self):
+            app = RequestLog(DomainDispatcherApplication(create_backend_app), path)
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return LoggingMotoServer(ip_address=ip_address, port=port, verbose=False)
+
+
+# --- reading the log and comparing it with a policy (the IAM tests) ---
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def product_actions(records):
+    """The IAM actions the product called (its User-Agent has PRODUCT_MARK)."""
+    return {r["iam_action"] for r in records
+            if r.get("iam_action") and PRODUCT_MARK in (r.get("user_agent") or "")}
+
+
+def policy_actions(policy):
+    """Every action a policy document allows (Allow statements; Action as a string or list)."""
+    out = set()
+    for statement in policy["Statement"]:
+        if statement.get("Effect") == "Allow":
+            actions = statement.get("Action", [])
+            out.update([actions] if isinstance(actions, str) else actions)
+    return out
+
+
+def compare(allowed, called, not_exercised, not_needed=None):
+    """Problems between a policy's actions and the calls a run made, as sentences (none = proven).
+
+    `not_exercised` maps an allowed action the run cannot make to why (paths the local
+    run does not take, permissions AWS checks on the caller's behalf); `not_needed` maps a
+    called action that needs no grant to why (AWS requires none, or the caller goes on
+    when it is denied). A stale entry in either is reported too.
+    """
+    not_needed = set(not_needed or ())
+    not_exercised = set(not_exercised)
+    problems = []
+    for action in sorted(called - allowed - not_needed):
+        problems.append("called but not allowed by the policy: %s" % action)
+    for action in sorted(allowed - called - not_exercised):
+        problems.append("allowed but never called (remove it, or list it as not exercised with why): %s" % action)
+    for action in sorted(not_exercised & called):
+        problems.append("listed as not exercised but called: %s" % action)
+    for action in sorted(not_exercised - allowed):
+        problems.append("listed as not exercised but not in the policy: %s" % action)
+    for action in sorted(not_needed & allowed):
+        problems.append("listed as not needed but allowed by the policy: %s" % action)
+    for action in sorted(not_needed - called):
+        problems.append("listed as not needed but never called: %s" % action)
+    return problems

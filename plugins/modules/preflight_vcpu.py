@@ -1,0 +1,189 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: dynatrain.elastic contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: preflight_vcpu
+short_description: Check that the EC2 vCPU quotas cover the instances a run launches
+version_added: "0.1.0"
+description:
+  - Reads the vCPUs of each instance type (C(DescribeInstanceTypes)), the region's pending and running
+    instances (C(DescribeInstances)) and the vCPU quota of each instance class and market
+    (Service Quotas C(GetServiceQuota), service code C(ec2)), and fails, saying what to change, when
+    the vCPUs requested plus those running exceed a quota.
+  - Checked classes - Standard (A, C, D, H, I, M, R, T, Z), G and VT, P; on-demand and spot. Other
+    classes, and a quota that cannot be read (no C(servicequotas:GetServiceQuota) permission), are
+    reported in RV(unchecked) and do not fail.
+  - Read-only; used by C(playbooks/preflight.yml) before anything is created.
+author:
+  - dynatrain maintainers (@dynatrain)
+options:
+  requests:
+    description: The instances this run may launch.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      instance_type:
+        description: The instance type.
+        type: str
+        required: true
+      count:
+        description: How many.
+        type: int
+        required: true
+      market:
+        description: The market they launch in.
+        type: str
+        choices: [on-demand, spot]
+        default: on-demand
+      setting:
+        description: The setting that chose the type, named in the message.
+        type: str
+        default: instance type
+  cluster:
+    description:
+      - The cluster's name (tag C(dynatrain:cluster)). Its master and base workers already running
+        are not counted again when O(requests) is the cluster's whole base size (bootstrap).
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - amazon.aws.common.modules
+  - amazon.aws.region.modules
+  - amazon.aws.boto3
+"""
+
+EXAMPLES = r"""
+- name: Check the vCPU quotas of a bootstrap
+  dynatrain.elastic.preflight_vcpu:
+    region: us-west-2
+    cluster: prod
+    requests:
+      - {instance_type: c5.xlarge, count: 1, setting: dt_master_instance_type}
+      - {instance_type: g4dn.xlarge, count: 4, market: spot, setting: dt_worker_instance_type}
+"""
+
+RETURN = r"""
+checked:
+  description: For each quota checked, its code, value, and the vCPUs requested and running.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"code": "L-1216C47A", "quota": 32.0, "requested": 8, "running": 4}]
+unchecked:
+  description: Why a request's quota was not checked (its class, or the quota could not be read).
+  returned: success
+  type: list
+  elements: str
+"""
+
+try:
+    import botocore
+except ImportError:
+    pass  # handled by AnsibleAWSModule
+
+from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
+from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
+
+from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import (
+    VCPU_QUOTAS,
+    vcpu_class,
+    vcpu_needs,
+    vcpu_problem,
+)
+
+CLUSTER_TAG = "dynatrain:cluster"
+
+
+def read_running(ec2, cluster):
+    """The region's pending/running instances as {'instance_type', 'market'}; the cluster's master
+    and base workers are left out (bootstrap's request is the cluster's whole base size)."""
+    running = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for reservation in pages.build_full_result().get("Reservations", []):
+        for instance in reservation["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            if cluster and tags.get(CLUSTER_TAG) == cluster and (
+                    tags.get("dynatrain:role") == "master" or tags.get("dynatrain:group") == "base"):
+                continue
+            market = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
+            running.append({"instance_type": instance["InstanceType"], "market": market})
+    return running
+
+
+def read_vcpus(ec2, instance_types):
+    vcpus = {}
+    types = sorted(set(instance_types))
+    for start in range(0, len(types), 100):
+        pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=types[start:start + 100])
+        for info in pages.build_full_result().get("InstanceTypes", []):
+            vcpus[info["InstanceType"]] = info["VCpuInfo"]["DefaultVCpus"]
+    return vcpus
+
+
+def read_quota(quotas_client, code):
+    """(value, '') or (None, why it could not be read)."""
+    try:
+        return quotas_client.get_service_quota(ServiceCode="ec2", QuotaCode=code, aws_retry=True)["Quota"]["Value"], ""
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+        return None, f"quota {code} could not be read ({e}); grant servicequotas:GetServiceQuota to check it"
+
+
+def main():
+    module = AnsibleAWSModule(
+        argument_spec=dict(
+            requests=dict(type="list", elements="dict", required=True, options=dict(
+                instance_type=dict(type="str", required=True),
+                count=dict(type="int", required=True),
+                market=dict(type="str", choices=["on-demand", "spot"], default="on-demand"),
+                setting=dict(type="str", default="instance type"),
+            )),
+            cluster=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    requests = [r for r in module.params["requests"] if r["count"] > 0]
+    unchecked = [f"{r['instance_type']}: its class has no vCPU quota checked here"
+                 for r in requests if vcpu_class(r["instance_type"]) is None]
+    ec2 = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+    try:
+        running = read_running(ec2, module.params["cluster"])
+        vcpus = read_vcpus(ec2, [r["instance_type"] for r in requests] + [i["instance_type"] for i in running])
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+        module.fail_json_aws(e, msg="Could not read the instances / instance types")
+    unknown = sorted({r["instance_type"] for r in requests} - set(vcpus))
+    if unknown:
+        module.fail_json(msg=f"instance type(s) {', '.join(unknown)} unknown in {module.region}: "
+                             "check dt_master_instance_type / dt_worker_instance_type. Nothing was created.")
+    quotas_client = module.client("service-quotas", retry_decorator=AWSRetry.jittered_backoff())
+    checked, problems = [], []
+    for (klass, market), need in sorted(vcpu_needs(requests, vcpus, running).items()):
+        code = VCPU_QUOTAS[klass][market]
+        quota, why = read_quota(quotas_client, code)
+        if quota is None:
+            unchecked.append(why)
+            continue
+        checked.append(dict(code=code, quota=quota, requested=need["requested"], running=need["running"]))
+        problem = vcpu_problem(klass, market, need, quota, module.region or "")
+        if problem:
+            problems.append(problem)
+    if problems:
+        module.fail_json(msg=" ".join(problems) + " Nothing was created.", checked=checked, unchecked=unchecked)
+    module.exit_json(changed=False, checked=checked, unchecked=unchecked)
+
+
+if __name__ == "__main__":
+    main()
