@@ -109,11 +109,15 @@ def resize_latencies(py, data, resize_at, n, port_base, step_sleep):
             end = wait(lambda: [e for e in events(efs) if e["event"] == "resize_end"][before:], 180,
                        "resize %d" % i)[0]
             out.append({"dir": "up" if target is big else "down", "edit_to_first_step_s": end["time"] - t0,
-                        "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s")})
+                        "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s"),
+                        "phases": end.get("phases") or {}})
             wait_spares(efs)                            # pre-warmed processes are replenished after a resize
     finally:
         stop(proc)
-        shutil.rmtree(efs, ignore_errors=True)
+        if os.environ.get("DT_BENCH_KEEP"):
+            print("benchmark: kept %s" % efs)
+        else:
+            shutil.rmtree(efs, ignore_errors=True)
     return out
 
 
@@ -202,12 +206,16 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the throughput runs")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    ap.add_argument("--step-only", action="store_true",
+                    help="only the --resize-at step latencies (no epoch mode, no throughput runs)")
     args = ap.parse_args()
     data = prepare_digits(args.python)
     step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep)
-    epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
-    el = elastic_throughput(args.python, data, 19900, args.epochs)
-    plain = plain_throughput(args.python, data, 19990, args.epochs)
+    epoch, el, plain = [], float("nan"), float("nan")
+    if not args.step_only:
+        epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
+        el = elastic_throughput(args.python, data, 19900, args.epochs)
+        plain = plain_throughput(args.python, data, 19990, args.epochs)
     shutil.rmtree(os.path.dirname(data), ignore_errors=True)
 
     def med(rows, key="edit_to_first_step_s", d=None):
@@ -226,6 +234,10 @@ def main():
                                           med(step, "stop_s", "up"), med(step, "stop_s", "down")))
     print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: restart part (s)", med(step, "restart_s"),
                                           med(step, "restart_s", "up"), med(step, "restart_s", "down")))
+    for phase in ("kv", "attach", "loaded", "synced", "first_step"):
+        rows = [dict(r, **{phase: r["phases"].get(phase)}) for r in step]
+        print("%-44s %10.2f %10.2f %10.2f" % ("    restart: assignment -> %s (s)" % phase, med(rows, phase),
+                                              med(rows, phase, "up"), med(rows, phase, "down")))
     print("-" * 77)
     print("%-44s %10.0f" % ("throughput elastic launcher (samples/s)", el))
     print("%-44s %10.0f" % ("throughput plain dist_sync (samples/s)", plain))

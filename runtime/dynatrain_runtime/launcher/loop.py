@@ -22,8 +22,8 @@ import time
 
 from ..checkpoint import CheckpointStore
 from ..protocol import MSG_STOP_ACK, stop_at_command, stop_command
-from ..jobfiles import (JobFiles, clear_drain_request, clear_stop_request, read_drain_requests, write_json,
-                        write_stop_request)
+from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
+                        read_drain_requests, read_warm_requests, write_json, write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .proc import Proc, reap
@@ -188,7 +188,7 @@ class Launcher:
         proc.last_alive = time.time()
         if kind == "hb":
             if g.on_heartbeat(proc, msg):
-                self.on_first_step(g, msg)
+                self.on_first_step(g, proc, msg)
         elif kind == "checkpoint":
             g.last_ckpt = self.reported_ckpt = msg.get("path")
             g.progress_at = time.time()
@@ -202,7 +202,7 @@ class Launcher:
             g.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
 
-    def on_first_step(self, g, msg):
+    def on_first_step(self, g, proc, msg):
         g.first_step_at = time.time()
         self.last_start_s = g.first_step_at - g.started
         self.failures_without_progress = 0
@@ -215,6 +215,8 @@ class Launcher:
                      first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
                      resume_step=g.resume_step,
                      recomputed_steps=max(0, r.get("stop_step", g.resume_step) - g.resume_step))
+            if msg.get("phases"):               # where the restart went, s after the assignment (this worker)
+                r["phases"] = dict(msg["phases"], host=proc.host)
             self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
                      f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
             self.event("resize_end", **r)
@@ -263,9 +265,31 @@ class Launcher:
             if ip not in g.membership and ip not in self.draining:
                 clear_drain_request(self.files, ip)
 
+    def _take_warm_requests(self, g, now):
+        """Hosts about to join (``control/warm/<ip>.json``, written by add_workers before its host_worker
+        edit): their worker process starts now, so the resize after the edit finds it warm.  A request
+        is deleted once its host is a member, or after its ``ttl`` when it never joined."""
+        expected = []
+        for ip, req in read_warm_requests(self.files).items():
+            try:
+                expired = now - float(req.get("time", now)) > float(req.get("ttl", WARM_TTL))
+            except (TypeError, ValueError):
+                expired = True
+            if ip in g.membership or expired:
+                clear_warm_request(self.files, ip)
+                if expired and ip not in g.membership:
+                    self.event("warm_request_expired", ip=ip)
+            else:
+                expected.append(ip)
+        started = self.spares.expect(expected)
+        if started:
+            self.out(f"warm request for {started}: starting their processes before they join")
+            self.event("warm_request", hosts=started)
+
     def _check_host_worker(self, g, now):
         """Start a resize when host_worker names another membership (or a node asked to be drained)."""
         self._take_drains(g)
+        self._take_warm_requests(g, now)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
             if hosts == g.membership:

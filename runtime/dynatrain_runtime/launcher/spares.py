@@ -23,6 +23,8 @@ class SparePool:
         self.depth = max(1, int(depth))       # sets of spares: 2 = a second change soon after one is warm too
         self.pools = collections.defaultdict(list)     # (host, kind) -> [Proc]
         self.want = {}
+        self.pending = set()                  # hosts about to join (warm requests): their worker is kept
+        self.members = set()                  # the membership of the last plan
 
     def take(self, host, kind):
         """A warm process for (host, kind) (a ready one first), or a new one."""
@@ -36,11 +38,13 @@ class SparePool:
         """Plan the spares of the next generation; with ``parallel`` start them all now."""
         if not self.enabled:
             return
+        self.members = set(membership)
         want = {(h, "worker"): self.depth for h in membership}
         want[(master, "serve")] = (1 + self.num_servers) * self.depth
         self.want = want
+        keep = {(h, "worker") for h in self.pending}       # expected joiners' processes (``expect``)
         for key in list(self.pools):
-            if key not in want:
+            if key not in want and key not in keep:
                 reap(self.pools.pop(key), 2.0)
         if parallel:
             while self.warm_step(limit=None):
@@ -73,6 +77,26 @@ class SparePool:
             self.pools[key] = pool
             if not pool:
                 pool.append(self.spawn(*key))
+
+    def expect(self, hosts):
+        """Hosts about to join (warm requests, not members yet): start a worker on each new one now and
+        keep it until they join; a host no longer expected loses its spare unless it is a member.
+
+        A host's process is started once per request (one that dies is not restarted here: the join
+        then starts one, as without a request).  Returns the hosts started now.
+        """
+        hosts = set(hosts) if self.enabled else set()
+        for host in self.pending - hosts:
+            key = (host, "worker")
+            if host not in self.members and key not in self.want:     # (a joining host is in want)
+                reap(self.pools.pop(key, []), 2.0)
+        new = sorted(hosts - self.pending)
+        self.pending = hosts
+        for host in new:             # not in ``want``: warm_step never restarts one that died
+            key = (host, "worker")
+            if not [p for p in self.pools[key] if p.alive()]:
+                self.pools[key].append(self.spawn(*key))
+        return new
 
     def warm(self, host, kind="worker"):
         """True: a ready process waits for ``host``; False: one is starting; None: none is alive."""
