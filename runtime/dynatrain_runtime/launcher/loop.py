@@ -79,7 +79,8 @@ class Launcher:
                 "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
                 "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
-                "spares_wanted": self.spares.wanted_count()}
+                "spares_wanted": self.spares.wanted_count(),
+                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.warm(h)]}
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)

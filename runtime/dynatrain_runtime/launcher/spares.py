@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import collections
+import threading
 
 from .proc import reap
+
+
+def reap_later(procs, timeout=2.0):
+    """End ``procs`` without blocking the caller: they are told to stop now, killed after ``timeout`` by
+    a thread.  (A blocking reap here cost every resize that drops a host ~2 s before the launcher saw
+    the new group's first step: an idle spare takes that long to go.)"""
+    procs = [p for p in procs if p is not None]
+    if not procs:
+        return None
+    for p in procs:
+        p.terminate()
+    t = threading.Thread(target=reap, args=(procs, timeout), name="reap-spares", daemon=True)
+    t.start()
+    return t
 
 
 class SparePool:
@@ -45,7 +60,7 @@ class SparePool:
         keep = {(h, "worker") for h in self.pending}       # expected joiners' processes (``expect``)
         for key in list(self.pools):
             if key not in want and key not in keep:
-                reap(self.pools.pop(key), 2.0)
+                reap_later(self.pools.pop(key))
         if parallel:
             while self.warm_step(limit=None):
                 pass
@@ -89,7 +104,7 @@ class SparePool:
         for host in self.pending - hosts:
             key = (host, "worker")
             if host not in self.members and key not in self.want:     # (a joining host is in want)
-                reap(self.pools.pop(key, []), 2.0)
+                reap_later(self.pools.pop(key, []))
         new = sorted(hosts - self.pending)
         self.pending = hosts
         for host in new:             # not in ``want``: warm_step never restarts one that died
