@@ -23,7 +23,7 @@ import time
 from ..checkpoint import CheckpointStore
 from ..protocol import MSG_STOP_ACK, stop_at_command, stop_command
 from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
-                        read_drain_requests, read_warm_requests, write_json, write_stop_request)
+                        read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .proc import Proc, reap
@@ -503,6 +503,7 @@ class Launcher:
         """Load the state, find the membership; an exit code when there is nothing to run."""
         a = self.args
         os.makedirs(self.files.control, exist_ok=True)
+        os.makedirs(warm_dir(self.files), exist_ok=True)     # add_workers writes its warm requests there
         try:
             with open(self.files.launcher_state) as handle:
                 self.gen_counter = int(json.load(handle).get("generation", 0))
