@@ -28,7 +28,7 @@ from .generation import Generation
 from .membership import Membership
 from .proc import Proc, reap
 from .records import Records
-from .spares import SparePool
+from .spares import SparePool, server_hosts
 from .transport import Transport
 
 
@@ -80,7 +80,7 @@ class Launcher:
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
                 "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
                 "spares_wanted": self.spares.wanted_count(),
-                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.warm(h)]}
+                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.joiner_warm(h)]}
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)
@@ -121,16 +121,18 @@ class Launcher:
         g = Generation(gid, membership, port, resume)
         self.joining = None
         clear_stop_request(self.files)
+        servers = server_hosts(self.args.num_servers, membership, self.master)
         ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
-                  "DMLC_NUM_SERVER": str(self.args.num_servers), "DMLC_NUM_WORKER": str(len(membership)),
+                  "DMLC_NUM_SERVER": str(len(servers)), "DMLC_NUM_WORKER": str(len(membership)),
                   "DT_GENERATION": str(gid), "PS_VERBOSE": "0"}
         if resume:
             ps_env["DT_RESUME_PATH"] = resume[0]
         else:
             ps_env["DT_RESUME"] = "none"
-        for role in ["scheduler"] + ["server"] * self.args.num_servers:
-            proc = self.spares.take(self.master, "serve")
-            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=self.master))
+        # ps-lite has no membership change: every server (and the scheduler) is a new one each generation
+        for role, host in [("scheduler", self.master)] + [("server", h) for h in servers]:
+            proc = self.spares.take(host, "serve")
+            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=host))
             g.servers.append(proc)
         for host in membership:
             w = self.spares.take(host, "worker")
@@ -141,6 +143,7 @@ class Launcher:
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
         self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, scheduler {self.master}:{port}, "
+                 f"{len(servers)} server(s), "
                  f"{start}")
         self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
@@ -327,7 +330,7 @@ class Launcher:
             self.joining["hosts"].update(new)
             self.spares.prewarm(new)
             self.out(f"host_worker adds {new}: starting their processes; training goes on until they are warm")
-        states = [self.spares.warm(h) for h in added]
+        states = [self.spares.joiner_warm(h) for h in added]
         return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
     def limits(self, g):

@@ -167,3 +167,19 @@ def _events(efs):
     import json
     with open(os.path.join(str(efs), "events.jsonl")) as handle:
         return [json.loads(line)["event"] for line in handle if line.strip()]
+
+
+def test_per_node_servers_one_next_to_each_worker(tmp_path):
+    assert parse_args(["--script", "x", "--num-servers", "per-node"]).num_servers == "per-node"
+    assert parse_args(["--script", "x", "--servers", "3"]).num_servers == 3
+    la, started = _launcher_with_fakes(tmp_path, "--num-servers", "per-node")
+    sent = []
+    FakeProc.assign = lambda self, role, gen, env: sent.append((self.host, role, env))
+    try:
+        g = la.start_generation([A, B, M])
+    finally:
+        del FakeProc.assign
+    assert [(h, r) for h, r, _env in sent][:4] == [(M, "scheduler"), (A, "server"), (B, "server"), (M, "server")]
+    assert all(env["DMLC_NUM_SERVER"] == "3" and env["DMLC_NODE_HOST"] == h for h, _r, env in sent)
+    assert len(g.servers) == 4 and la.spares.want[(M, "serve")] == 2 and la.spares.want[(A, "serve")] == 1
+    assert la.spares.joiner_keys(C := "127.0.0.4") == [(C, "worker"), (C, "serve")]
