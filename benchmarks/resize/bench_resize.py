@@ -134,6 +134,8 @@ def resize_latencies(py, data, resize_at, n, port_base, step_sleep, warm_request
                         "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s"),
                         "phases": end.get("phases") or {}})
             wait_spares(efs)                            # pre-warmed processes are replenished after a resize
+            warm = [e for e in events(efs) if e["event"] == "spares_warm" and e["generation"] == end["generation"]]
+            out[-1]["rewarm_s"] = warm[0]["seconds"] if warm else None
     finally:
         stop(proc)
         if os.environ.get("DT_BENCH_KEEP"):
@@ -259,6 +261,8 @@ def main():
                                           med(step, "stop_s", "up"), med(step, "stop_s", "down")))
     print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: restart part (s)", med(step, "restart_s"),
                                           med(step, "restart_s", "up"), med(step, "restart_s", "down")))
+    print("%-44s %10.2f %10.2f %10.2f" % ("  first step -> spares re-warmed (s)", med(step, "rewarm_s"),
+                                          med(step, "rewarm_s", "up"), med(step, "rewarm_s", "down")))
     for phase in ("kv", "attach", "loaded", "synced", "first_step"):
         rows = [dict(r, **{phase: r["phases"].get(phase)}) for r in step]
         print("%-44s %10.2f %10.2f %10.2f" % ("    restart: assignment -> %s (s)" % phase, med(rows, phase),

@@ -38,6 +38,7 @@ class Generation:
         self.server_exit_at = None
         self.server_exit = None
         self.server_exit_host = None
+        self.spares_warm_s = None               # first step -> every wanted spare ready, s
         self.failed_at = None                   # when a failure was detected
         self.recovery = None                    # a survivor's answer to "recover" ({"ok": ..., "step": ...})
         self.step_time = 0.0                    # observed seconds per step (smoothed), 0 = not yet known

@@ -365,6 +365,11 @@ class Launcher:
             return "stopped", {}
         if g.first_step_at is not None and g.stop_at is None:     # not while the group connects
             self.spares.warm_step()
+            if g.spares_warm_s is None and self.spares.wanted_count() \
+                    and self.spares.ready_count() >= self.spares.wanted_count():
+                g.spares_warm_s = round(now - g.first_step_at, 3)      # re-warmed: the next change is fast
+                self.event("spares_warm", generation=g.id, seconds=g.spares_warm_s,
+                           spares=self.spares.wanted_count())
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
         return None
