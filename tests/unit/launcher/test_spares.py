@@ -182,4 +182,4 @@ def test_per_node_servers_one_next_to_each_worker(tmp_path):
     assert [(h, r) for h, r, _env in sent][:4] == [(M, "scheduler"), (A, "server"), (B, "server"), (M, "server")]
     assert all(env["DMLC_NUM_SERVER"] == "3" and env["DMLC_NODE_HOST"] == h for h, _r, env in sent)
     assert len(g.servers) == 4 and la.spares.want[(M, "serve")] == 2 and la.spares.want[(A, "serve")] == 1
-    assert la.spares.joiner_keys(C := "127.0.0.4") == [(C, "worker"), (C, "serve")]
+    assert la.spares.joiner_keys("127.0.0.4") == [("127.0.0.4", "worker"), ("127.0.0.4", "serve")]
