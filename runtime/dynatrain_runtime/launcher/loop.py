@@ -146,6 +146,7 @@ class Launcher:
                  f"{len(servers)} server(s), "
                  f"{start}")
         self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
+                   servers=servers,
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
         return g
 
@@ -161,9 +162,9 @@ class Launcher:
         g.stop_reason = reason
         at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
         g.stop_mode = at
-        write_stop_request(self.files, g.id, reason, at=at)      # the record; workers get it on stdin
-        for w in g.workers.values():
+        for w in g.workers.values():                             # first: the workers get it on stdin
             w.send(stop_command(g.id, at, reason))
+        write_stop_request(self.files, g.id, reason, at=at)      # the record (an fsync: after the sends)
         self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
 
     def decide_stop(self, g):
@@ -313,10 +314,10 @@ class Launcher:
             self.pending_resize["reason"] = "drain"
             self.pending_resize["drained"] = {h: self.draining[h].get("reason") for h in drained}
         boundary = "step" if drained else self.args.resize_at
+        self.state = "resizing"
+        self.request_stop(g, "drain" if drained else "resize")      # before the records: they fsync
         self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
         self.event("resize_start", **self.pending_resize)
-        self.state = "resizing"
-        self.request_stop(g, "drain" if drained else "resize")
 
     def _joiners_warm(self, added, now):
         """True once every added host has a warm process (or one of them cannot start one, or it took

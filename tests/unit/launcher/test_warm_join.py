@@ -1,5 +1,6 @@
 """A warm request (control/warm/<ip>.json, what add_workers writes before its host_worker edit): real MXNet,
---transport local on 127.x.  The joiner's process is started before the edit and is the one that joins."""
+--transport local on 127.x.  The joiner's process is started before the edit and is the one that joins.
+The run uses one parameter server per node (--num-servers per-node): the join restarts every server."""
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ def test_warm_request_starts_the_joiner_before_the_edit_and_it_joins_warm(tmp_pa
     efs = str(tmp_path)
     write_hosts(efs, [A, M])
     args = ["--epochs", "20", "--seed", "7", "--global-batch", "64", "--step-sleep", "0.05", "--checkpoint-every", "0"]
-    run = LauncherRun(efs, node_python, digits_npz, args, launcher_args=["--status-interval", "0.2"],
+    run = LauncherRun(efs, node_python, digits_npz, args, launcher_args=["--status-interval", "0.2", "--num-servers", "per-node"],
                       port_base=20000)
     try:
         wait_for(lambda: any(e["event"] == "epoch" for e in events(efs)), 90, "first epoch", proc=run.proc)
@@ -48,5 +49,7 @@ def test_warm_request_starts_the_joiner_before_the_edit_and_it_joins_warm(tmp_pa
     assert start["added"] == [B] and start["warm_wait_s"] == 0       # warm at the edit: no wait for an import
     assert [e["hosts"] for e in evs if e["event"] == "warm_request"] == [[B]]
     assert read_warm_requests(JobFiles(efs)) == {}                    # done once B is a member
+    gens = [e for e in evs if e["event"] == "generation_start"]
+    assert [g["membership"] for g in gens] == [[A, M], [A, B, M]] and gens[1]["servers"] == [A, B, M]
     meta = latest_meta(efs)
     assert meta["world"] == 3 and audit_check(meta["audit"], meta["num_samples"]) == []
