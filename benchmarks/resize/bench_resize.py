@@ -89,7 +89,24 @@ def stop(proc):
         proc.wait()
 
 
-def resize_latencies(py, data, resize_at, n, port_base, step_sleep):
+def write_warm_request(efs, ip):
+    """What add_workers does before its host_worker edit (``control/warm/<ip>.json``, jobfiles)."""
+    path = os.path.join(efs, "control", "warm")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, ip + ".json.tmp"), "w") as handle:
+        json.dump({"ip": ip, "time": time.time(), "ttl": 900}, handle)
+    os.rename(os.path.join(path, ip + ".json.tmp"), os.path.join(path, ip + ".json"))
+
+
+def joiner_warm(efs, ip):
+    try:
+        with open(os.path.join(efs, "status.json")) as handle:
+            return ip in (json.load(handle).get("joiners_warm") or [])
+    except (OSError, ValueError):
+        return False
+
+
+def resize_latencies(py, data, resize_at, n, port_base, step_sleep, warm_request=False):
     efs = tempfile.mkdtemp(prefix="dtbench-")
     master, w1, w2 = "127.0.0.71", "127.0.0.72", "127.0.0.73"
     small, big = [w1, master], [w1, w2, master]
@@ -104,16 +121,27 @@ def resize_latencies(py, data, resize_at, n, port_base, step_sleep):
         for i in range(n):
             target = big if i % 2 == 0 else small
             before = len([e for e in events(efs) if e["event"] == "resize_end"])
+            if warm_request and target is big:
+                write_warm_request(efs, w2)
+                deadline = time.time() + 60          # (a runtime without warm requests: the edit goes on)
+                while time.time() < deadline and not joiner_warm(efs, w2):
+                    time.sleep(0.1)
             t0 = time.time()
             write_hosts(efs, target)
             end = wait(lambda: [e for e in events(efs) if e["event"] == "resize_end"][before:], 180,
                        "resize %d" % i)[0]
             out.append({"dir": "up" if target is big else "down", "edit_to_first_step_s": end["time"] - t0,
-                        "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s")})
+                        "stop_s": end.get("stop_s"), "restart_s": end.get("first_step_s"),
+                        "phases": end.get("phases") or {}})
             wait_spares(efs)                            # pre-warmed processes are replenished after a resize
+            warm = [e for e in events(efs) if e["event"] == "spares_warm" and e["generation"] == end["generation"]]
+            out[-1]["rewarm_s"] = warm[0]["seconds"] if warm else None
     finally:
         stop(proc)
-        shutil.rmtree(efs, ignore_errors=True)
+        if os.environ.get("DT_BENCH_KEEP"):
+            print("benchmark: kept %s" % efs)
+        else:
+            shutil.rmtree(efs, ignore_errors=True)
     return out
 
 
@@ -202,12 +230,19 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the throughput runs")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    ap.add_argument("--warm-request", action="store_true",
+                    help="before growing, write the joiner's warm request and wait until its process is "
+                         "warm (what add_workers does), so 'up' is a warm join")
+    ap.add_argument("--step-only", action="store_true",
+                    help="only the --resize-at step latencies (no epoch mode, no throughput runs)")
     args = ap.parse_args()
     data = prepare_digits(args.python)
-    step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep)
-    epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep)
-    el = elastic_throughput(args.python, data, 19900, args.epochs)
-    plain = plain_throughput(args.python, data, 19990, args.epochs)
+    step = resize_latencies(args.python, data, "step", args.resizes, 19700, args.step_sleep, args.warm_request)
+    epoch, el, plain = [], float("nan"), float("nan")
+    if not args.step_only:
+        epoch = resize_latencies(args.python, data, "epoch", args.resizes, 19800, args.step_sleep, args.warm_request)
+        el = elastic_throughput(args.python, data, 19900, args.epochs)
+        plain = plain_throughput(args.python, data, 19990, args.epochs)
     shutil.rmtree(os.path.dirname(data), ignore_errors=True)
 
     def med(rows, key="edit_to_first_step_s", d=None):
@@ -215,8 +250,8 @@ def main():
         return statistics.median(vals) if vals else float("nan")
 
     print("")
-    print("elastic launcher resize benchmark (local transport, %d cores, %d resizes per mode, 2<->3 workers)"
-          % (os.cpu_count(), args.resizes))
+    print("elastic launcher resize benchmark (local transport, %d cores, %d resizes per mode, 2<->3 workers, %s)"
+          % (os.cpu_count(), args.resizes, "warm requests" if args.warm_request else "cold joins"))
     print("%-44s %10s %10s %10s" % ("metric", "all", "up", "down"))
     print("-" * 77)
     for name, rows in (("--resize-at step: edit -> first new step (s)", step),
@@ -226,6 +261,12 @@ def main():
                                           med(step, "stop_s", "up"), med(step, "stop_s", "down")))
     print("%-44s %10.2f %10.2f %10.2f" % ("  step mode: restart part (s)", med(step, "restart_s"),
                                           med(step, "restart_s", "up"), med(step, "restart_s", "down")))
+    print("%-44s %10.2f %10.2f %10.2f" % ("  first step -> spares re-warmed (s)", med(step, "rewarm_s"),
+                                          med(step, "rewarm_s", "up"), med(step, "rewarm_s", "down")))
+    for phase in ("kv", "attach", "loaded", "synced", "first_step"):
+        rows = [dict(r, **{phase: r["phases"].get(phase)}) for r in step]
+        print("%-44s %10.2f %10.2f %10.2f" % ("    restart: assignment -> %s (s)" % phase, med(rows, phase),
+                                              med(rows, phase, "up"), med(rows, phase, "down")))
     print("-" * 77)
     print("%-44s %10.0f" % ("throughput elastic launcher (samples/s)", el))
     print("%-44s %10.0f" % ("throughput plain dist_sync (samples/s)", plain))

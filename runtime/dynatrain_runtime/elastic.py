@@ -114,6 +114,7 @@ class Elastic:
         self.checkpoint_every = int(checkpoint_every or 0)
         self.audit = bool(audit_samples)
         self.channel = receive_assignment()
+        self._phases = {"assigned": time.time()}    # a generation's start, phase by phase (resize latency)
         self.efs_mount = efs_mount or os.environ.get("EFS_MOUNT") or os.getcwd()
         self.files = JobFiles(self.efs_mount, checkpoint_dir or os.environ.get("DT_CHECKPOINT_DIR"))
         self.store = CheckpointStore(self.files.checkpoints, keep=keep_checkpoints)
@@ -126,6 +127,7 @@ class Elastic:
         self._ctx = None                         # the devices, chosen on first use (``ctx``)
         distributed = "DMLC_ROLE" in os.environ
         self.kv = mx.kv.create(kvstore if distributed else "local")
+        self._phases["kv"] = time.time()
         self.rank, self.world = self.kv.rank, self.kv.num_workers
         self.lr = LrSchedule(batch_policy, lr, self.global_batch, self.per_worker_batch, warmup_steps)
         self.epoch, self.pos, self.step = 0, 0, 0
@@ -174,6 +176,7 @@ class Elastic:
         """Bind the Gluon net and Trainer; resume from the latest checkpoint when there is one."""
         mx = self.mx
         self.net, self.trainer = net, trainer
+        self._phases["attach"] = time.time()
         latest = None
         resume = os.environ.get("DT_RESUME_PATH")
         if resume:   # the launcher names the checkpoint so every worker loads the same one
@@ -197,8 +200,10 @@ class Elastic:
             if self.audit:
                 self.audit_log = meta.get("audit") or self.audit_log
             self.resumed_from = self.step
+        self._phases["loaded"] = time.time()
         self.kv.init(STATS_KEY, mx.nd.zeros((self._control_len,)))
         init_trainer_kvstore(mx, trainer, self.kv)
+        self._phases["synced"] = time.time()
         mx.random.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
         if getattr(trainer, "_update_on_kvstore", False):
@@ -355,7 +360,10 @@ class Elastic:
             self.save_checkpoint(reason="periodic")
         if self.recovery and not self.finished and now - self._snap_at >= self._snap_cost / SNAPSHOT_BUDGET:
             self._take_snapshot(now)
-        self._emit_hb("running", force=(self.step == (self.resumed_from or 0) + 1))
+        first = self.step == (self.resumed_from or 0) + 1
+        if first and self._phases is not None:
+            self._phases["first_step"] = now
+        self._emit_hb("running", force=first)
 
     def _take_snapshot(self, now):
         """Confirm the pending snapshot, issue this boundary's.
@@ -438,9 +446,15 @@ class Elastic:
         if not force and now - self._last_hb < 0.5:
             return
         self._last_hb = now
+        extra = {}
+        if force and self._phases:         # the start's phases, s after the assignment (first forced hbs)
+            t0 = self._phases["assigned"]
+            extra["phases"] = {k: round(v - t0, 3) for k, v in self._phases.items() if k != "assigned"}
+            if "first_step" in self._phases:
+                self._phases = None
         emit("hb", state=state, generation=self.generation, host=self.host, rank=self.rank,
              world=self.world, epoch=self.epoch, pos=self.pos, step=self.step,
-             samples_per_s=round(self.samples_per_s(), 2), time=now)
+             samples_per_s=round(self.samples_per_s(), 2), time=now, **extra)
 
     def log_event(self, event, **fields):
         """Rank 0 appends a record to events.jsonl (and tells the launcher)."""

@@ -104,3 +104,43 @@ def clear_drain_request(files, ip):
         os.unlink(os.path.join(drain_dir(files), f"{ip}.json"))
     except FileNotFoundError:
         pass
+
+
+# ------------------------------------------------------------------ warm requests
+# ``control/warm/<ip>.json``: a node is about to join (add_workers wrote it before its
+# host_worker edit); the launcher starts a worker process there at once (MXNet imported,
+# data loaded), so the resize that follows the edit finds it warm.  The launcher deletes
+# the request once the node is a member, or when it is older than its ``ttl`` (s) and the
+# node never joined (its spare is then ended).
+WARM_TTL = 900.0        # s: longer than add_workers' join timeout (600 s)
+
+
+def warm_dir(files):
+    return os.path.join(files.control, "warm")
+
+
+def write_warm_request(files, ip, ttl=WARM_TTL, **info):
+    write_json(os.path.join(warm_dir(files), f"{hwf.validate_ip(ip)}.json"),
+               dict(info, ip=ip, ttl=float(ttl), time=time.time()))
+
+
+def read_warm_requests(files):
+    """``{ip: request}`` of the pending warm requests (unreadable or misnamed ones are skipped)."""
+    try:
+        names = os.listdir(warm_dir(files))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        if name.endswith(".json") and not name.startswith("."):
+            req = read_json(os.path.join(warm_dir(files), name))
+            if isinstance(req, dict) and req.get("ip") == name[:-len(".json")]:
+                out[req["ip"]] = req
+    return out
+
+
+def clear_warm_request(files, ip):
+    try:
+        os.unlink(os.path.join(warm_dir(files), f"{ip}.json"))
+    except FileNotFoundError:
+        pass

@@ -11,6 +11,19 @@ from .child import child_main
 from .loop import Launcher
 
 
+def servers_arg(value):
+    """``--num-servers``: a positive count (on the master) or ``per-node``."""
+    if value == "per-node":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or 'per-node': {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("at least 1 server")
+    return n
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         prog="dt-launcher",
@@ -33,7 +46,9 @@ def parse_args(argv=None):
     ap.add_argument("--master", default=None, help="master IP [last line of host_worker]")
     ap.add_argument("--resize-at", choices=RESIZE_AT, default="step")
     ap.add_argument("--port-base", type=int, default=9091, help="scheduler port = base + generation %% 500")
-    ap.add_argument("--num-servers", type=int, default=1, help="parameter servers on the master [%(default)s]")
+    ap.add_argument("--num-servers", "--servers", dest="num_servers", type=servers_arg, default=1,
+                    help="parameter servers: N on the master, or 'per-node' (one on every member host, next to "
+                         "its worker: MXNet's usual layout; all restart with each generation) [%(default)s]")
     ap.add_argument("--checkpoint-dir", default=None, help="[EFS_MOUNT/checkpoints]")
     ap.add_argument("--omp-threads", type=int, default=0, help="OMP/MKL/MXNet CPU threads per process (0 = unset)")
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for every process")

@@ -37,6 +37,8 @@ class Generation:
         self.epoch = resume[1]["epoch"] if resume else 0
         self.server_exit_at = None
         self.server_exit = None
+        self.server_exit_host = None
+        self.spares_warm_s = None               # first step -> every wanted spare ready, s
         self.failed_at = None                   # when a failure was detected
         self.recovery = None                    # a survivor's answer to "recover" ({"ok": ..., "step": ...})
         self.step_time = 0.0                    # observed seconds per step (smoothed), 0 = not yet known
@@ -93,9 +95,11 @@ class Generation:
             if s.poll() is not None and self.server_exit_at is None:
                 self.server_exit_at = now
                 self.server_exit = f"{s.role} exited with status {s.rc}"
+                # a server next to a worker (--num-servers per-node) is that host's; the scheduler the master's
+                self.server_exit_host = s.host if s.role == "server" else master
         if (self.server_exit_at is not None and now - self.server_exit_at > 3.0 and self.stop_at is None
                 and not self.done and len(self.exited) < len(self.workers)):
-            failed.setdefault(master, self.server_exit)   # workers can't go on without it
+            failed.setdefault(self.server_exit_host or master, self.server_exit)   # workers can't go on without it
         return failed
 
     def silent(self, now, failed, start_timeout, dead_timeout):

@@ -22,13 +22,13 @@ import time
 
 from ..checkpoint import CheckpointStore
 from ..protocol import MSG_STOP_ACK, stop_at_command, stop_command
-from ..jobfiles import (JobFiles, clear_drain_request, clear_stop_request, read_drain_requests, write_json,
-                        write_stop_request)
+from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
+                        read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .proc import Proc, reap
 from .records import Records
-from .spares import SparePool
+from .spares import SparePool, server_hosts
 from .transport import Transport
 
 
@@ -79,7 +79,8 @@ class Launcher:
                 "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
                 "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
-                "spares_wanted": self.spares.wanted_count()}
+                "spares_wanted": self.spares.wanted_count(),
+                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.joiner_warm(h)]}
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)
@@ -120,16 +121,18 @@ class Launcher:
         g = Generation(gid, membership, port, resume)
         self.joining = None
         clear_stop_request(self.files)
+        servers = server_hosts(self.args.num_servers, membership, self.master)
         ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
-                  "DMLC_NUM_SERVER": str(self.args.num_servers), "DMLC_NUM_WORKER": str(len(membership)),
+                  "DMLC_NUM_SERVER": str(len(servers)), "DMLC_NUM_WORKER": str(len(membership)),
                   "DT_GENERATION": str(gid), "PS_VERBOSE": "0"}
         if resume:
             ps_env["DT_RESUME_PATH"] = resume[0]
         else:
             ps_env["DT_RESUME"] = "none"
-        for role in ["scheduler"] + ["server"] * self.args.num_servers:
-            proc = self.spares.take(self.master, "serve")
-            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=self.master))
+        # ps-lite has no membership change: every server (and the scheduler) is a new one each generation
+        for role, host in [("scheduler", self.master)] + [("server", h) for h in servers]:
+            proc = self.spares.take(host, "serve")
+            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=host))
             g.servers.append(proc)
         for host in membership:
             w = self.spares.take(host, "worker")
@@ -140,8 +143,10 @@ class Launcher:
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
         self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, scheduler {self.master}:{port}, "
+                 f"{len(servers)} server(s), "
                  f"{start}")
         self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
+                   servers=servers,
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
         return g
 
@@ -157,9 +162,9 @@ class Launcher:
         g.stop_reason = reason
         at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
         g.stop_mode = at
-        write_stop_request(self.files, g.id, reason, at=at)      # the record; workers get it on stdin
-        for w in g.workers.values():
+        for w in g.workers.values():                             # first: the workers get it on stdin
             w.send(stop_command(g.id, at, reason))
+        write_stop_request(self.files, g.id, reason, at=at)      # the record (an fsync: after the sends)
         self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
 
     def decide_stop(self, g):
@@ -188,7 +193,7 @@ class Launcher:
         proc.last_alive = time.time()
         if kind == "hb":
             if g.on_heartbeat(proc, msg):
-                self.on_first_step(g, msg)
+                self.on_first_step(g, proc, msg)
         elif kind == "checkpoint":
             g.last_ckpt = self.reported_ckpt = msg.get("path")
             g.progress_at = time.time()
@@ -202,7 +207,7 @@ class Launcher:
             g.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
 
-    def on_first_step(self, g, msg):
+    def on_first_step(self, g, proc, msg):
         g.first_step_at = time.time()
         self.last_start_s = g.first_step_at - g.started
         self.failures_without_progress = 0
@@ -215,6 +220,8 @@ class Launcher:
                      first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
                      resume_step=g.resume_step,
                      recomputed_steps=max(0, r.get("stop_step", g.resume_step) - g.resume_step))
+            if msg.get("phases"):               # where the restart went, s after the assignment (this worker)
+                r["phases"] = dict(msg["phases"], host=proc.host)
             self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
                      f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
             self.event("resize_end", **r)
@@ -263,9 +270,31 @@ class Launcher:
             if ip not in g.membership and ip not in self.draining:
                 clear_drain_request(self.files, ip)
 
+    def _take_warm_requests(self, g, now):
+        """Hosts about to join (``control/warm/<ip>.json``, written by add_workers before its host_worker
+        edit): their worker process starts now, so the resize after the edit finds it warm.  A request
+        is deleted once its host is a member, or after its ``ttl`` when it never joined."""
+        expected = []
+        for ip, req in read_warm_requests(self.files).items():
+            try:
+                expired = now - float(req.get("time", now)) > float(req.get("ttl", WARM_TTL))
+            except (TypeError, ValueError):
+                expired = True
+            if ip in g.membership or expired:
+                clear_warm_request(self.files, ip)
+                if expired and ip not in g.membership:
+                    self.event("warm_request_expired", ip=ip)
+            else:
+                expected.append(ip)
+        started = self.spares.expect(expected)
+        if started:
+            self.out(f"warm request for {started}: starting their processes before they join")
+            self.event("warm_request", hosts=started)
+
     def _check_host_worker(self, g, now):
         """Start a resize when host_worker names another membership (or a node asked to be drained)."""
         self._take_drains(g)
+        self._take_warm_requests(g, now)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
             if hosts == g.membership:
@@ -285,10 +314,10 @@ class Launcher:
             self.pending_resize["reason"] = "drain"
             self.pending_resize["drained"] = {h: self.draining[h].get("reason") for h in drained}
         boundary = "step" if drained else self.args.resize_at
+        self.state = "resizing"
+        self.request_stop(g, "drain" if drained else "resize")      # before the records: they fsync
         self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
         self.event("resize_start", **self.pending_resize)
-        self.state = "resizing"
-        self.request_stop(g, "drain" if drained else "resize")
 
     def _joiners_warm(self, added, now):
         """True once every added host has a warm process (or one of them cannot start one, or it took
@@ -302,7 +331,7 @@ class Launcher:
             self.joining["hosts"].update(new)
             self.spares.prewarm(new)
             self.out(f"host_worker adds {new}: starting their processes; training goes on until they are warm")
-        states = [self.spares.warm(h) for h in added]
+        states = [self.spares.joiner_warm(h) for h in added]
         return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
 
     def limits(self, g):
@@ -337,6 +366,11 @@ class Launcher:
             return "stopped", {}
         if g.first_step_at is not None and g.stop_at is None:     # not while the group connects
             self.spares.warm_step()
+            if g.spares_warm_s is None and self.spares.wanted_count() \
+                    and self.spares.ready_count() >= self.spares.wanted_count():
+                g.spares_warm_s = round(now - g.first_step_at, 3)      # re-warmed: the next change is fast
+                self.event("spares_warm", generation=g.id, seconds=g.spares_warm_s,
+                           spares=self.spares.wanted_count())
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
         return None
@@ -478,6 +512,7 @@ class Launcher:
         """Load the state, find the membership; an exit code when there is nothing to run."""
         a = self.args
         os.makedirs(self.files.control, exist_ok=True)
+        os.makedirs(warm_dir(self.files), exist_ok=True)     # add_workers writes its warm requests there
         try:
             with open(self.files.launcher_state) as handle:
                 self.gen_counter = int(json.load(handle).get("generation", 0))

@@ -18,6 +18,11 @@ class Records:
         self.status_interval = status_interval
         self._out_lock = threading.Lock()
         self._last_status = 0.0
+        self._status_lock = threading.Lock()          # one writer at a time
+        self._status_cv = threading.Condition()
+        self._status_next = None                      # the newest periodic snapshot not written yet
+        self._status_thread = None
+        self._status_written = 0.0
 
     def out(self, text):
         with self._out_lock:
@@ -32,12 +37,41 @@ class Records:
             self.out(f"cannot append to {self.files.events}: {exc}")
 
     def status(self, snapshot, force=False):
-        """Write ``status.json`` from ``snapshot()`` (called only when it is due)."""
+        """Write ``status.json`` from ``snapshot()`` (called only when it is due).
+
+        The periodic writes go through a writer thread (the newest snapshot wins): an fsync on a
+        busy or remote volume must not hold the launcher's loop, which notices host_worker edits
+        and answers the workers.  Forced ones (state changes) are written at once, in order.
+        """
         now = time.time()
         if not force and now - self._last_status < self.status_interval:
             return
         self._last_status = now
         status = dict(snapshot(), pid=os.getpid(), updated=now)
+        if force:
+            with self._status_lock:
+                self._write_status(status)
+            return
+        with self._status_cv:
+            self._status_next = status
+            if self._status_thread is None:
+                self._status_thread = threading.Thread(target=self._status_writer, name="status", daemon=True)
+                self._status_thread.start()
+            self._status_cv.notify()
+
+    def _status_writer(self):
+        while True:
+            with self._status_cv:
+                while self._status_next is None:
+                    self._status_cv.wait()
+                status, self._status_next = self._status_next, None
+            with self._status_lock:
+                self._write_status(status)
+
+    def _write_status(self, status):
+        if status["updated"] < self._status_written:      # a newer (forced) one is there already
+            return
+        self._status_written = status["updated"]
         try:
             write_json(self.files.status, status, indent=1)
         except OSError as exc:

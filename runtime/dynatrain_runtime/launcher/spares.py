@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import collections
+import threading
 
 from .proc import reap
 
 
+def server_hosts(num_servers, membership, master):
+    """One host per parameter server: ``num_servers`` on the master, or one per member (``per-node``)."""
+    if num_servers == "per-node":
+        return list(membership)
+    return [master] * int(num_servers)
+
+
+def reap_later(procs, timeout=2.0):
+    """End ``procs`` without blocking the caller: they are told to stop now, killed after ``timeout`` by
+    a thread.  (A blocking reap here cost every resize that drops a host ~2 s before the launcher saw
+    the new group's first step: an idle spare takes that long to go.)"""
+    procs = [p for p in procs if p is not None]
+    if not procs:
+        return None
+    for p in procs:
+        p.terminate()
+    t = threading.Thread(target=reap, args=(procs, timeout), name="reap-spares", daemon=True)
+    t.start()
+    return t
+
+
 class SparePool:
-    """Keeps one warm worker per member host and the scheduler + servers on the master.
+    """Keeps one warm worker per member host, the scheduler on the master and the servers where they run.
 
     ``spawn(host, kind)`` starts a process (kind ``worker`` or ``serve``).  Spares are started
     while training runs one at a time per host (``warm_step``: a host imports MXNet once at a
@@ -23,6 +45,8 @@ class SparePool:
         self.depth = max(1, int(depth))       # sets of spares: 2 = a second change soon after one is warm too
         self.pools = collections.defaultdict(list)     # (host, kind) -> [Proc]
         self.want = {}
+        self.pending = set()                  # hosts about to join (warm requests): their worker is kept
+        self.members = set()                  # the membership of the last plan
 
     def take(self, host, kind):
         """A warm process for (host, kind) (a ready one first), or a new one."""
@@ -36,12 +60,15 @@ class SparePool:
         """Plan the spares of the next generation; with ``parallel`` start them all now."""
         if not self.enabled:
             return
+        self.members = set(membership)
         want = {(h, "worker"): self.depth for h in membership}
-        want[(master, "serve")] = (1 + self.num_servers) * self.depth
+        for host, n in collections.Counter([master] + server_hosts(self.num_servers, membership, master)).items():
+            want[(host, "serve")] = n * self.depth      # the scheduler on the master, the servers
         self.want = want
+        keep = {key for h in self.pending for key in self.joiner_keys(h)}   # expected joiners' (``expect``)
         for key in list(self.pools):
-            if key not in want:
-                reap(self.pools.pop(key), 2.0)
+            if key not in want and key not in keep:
+                reap_later(self.pools.pop(key))
         if parallel:
             while self.warm_step(limit=None):
                 pass
@@ -67,12 +94,41 @@ class SparePool:
         if not self.enabled:
             return
         for host in hosts:
-            key = (host, "worker")
-            self.want[key] = max(1, self.want.get(key, 0))
-            pool = [p for p in self.pools[key] if p.alive()]
-            self.pools[key] = pool
-            if not pool:
-                pool.append(self.spawn(*key))
+            for key in self.joiner_keys(host):
+                self.want[key] = max(1, self.want.get(key, 0))
+                pool = [p for p in self.pools[key] if p.alive()]
+                self.pools[key] = pool
+                if not pool:
+                    pool.append(self.spawn(*key))
+
+    def joiner_keys(self, host):
+        """What a host needs warm to join: its worker, and its server with ``per-node`` servers."""
+        return [(host, "worker")] + ([(host, "serve")] if self.num_servers == "per-node" else [])
+
+    def joiner_warm(self, host):
+        """``warm`` of everything ``host`` needs to join: True, False (starting) or None (one is dead)."""
+        states = [self.warm(*key) for key in self.joiner_keys(host)]
+        return None if None in states else all(states)
+
+    def expect(self, hosts):
+        """Hosts about to join (warm requests, not members yet): start a worker on each new one now and
+        keep it until they join; a host no longer expected loses its spare unless it is a member.
+
+        A host's process is started once per request (one that dies is not restarted here: the join
+        then starts one, as without a request).  Returns the hosts started now.
+        """
+        hosts = set(hosts) if self.enabled else set()
+        for host in self.pending - hosts:
+            for key in self.joiner_keys(host):
+                if host not in self.members and key not in self.want:     # (a joining host is in want)
+                    reap_later(self.pools.pop(key, []))
+        new = sorted(hosts - self.pending)
+        self.pending = hosts
+        for host in new:             # not in ``want``: warm_step never restarts one that died
+            for key in self.joiner_keys(host):
+                if not [p for p in self.pools[key] if p.alive()]:
+                    self.pools[key].append(self.spawn(*key))
+        return new
 
     def warm(self, host, kind="worker"):
         """True: a ready process waits for ``host``; False: one is starting; None: none is alive."""

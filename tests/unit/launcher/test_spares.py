@@ -105,3 +105,81 @@ def test_a_host_that_cannot_start_joins_at_once_and_timeout_bounds_the_wait(tmp_
     assert g2.stop_at is None and len(started) == 2            # one more try
     la._check_host_worker(g2, now + 8)                         # still importing after the timeout
     assert g2.stop_at is not None and la.pending_resize["warm_wait_s"] == 6
+
+
+def _launcher_with_fakes(tmp_path, *extra):
+    la = loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "/bin/true", "--transport", "local",
+                                   "--master", M, "--join-warm-timeout", "30"] + list(extra)))
+    started = []
+
+    def spawn(host, kind):
+        started.append(FakeProc(host, kind))
+        return started[-1]
+    la.spares.spawn = spawn
+    return la, started
+
+
+def test_warm_request_starts_the_joiner_before_the_host_worker_edit(tmp_path):
+    from dynatrain_runtime.jobfiles import read_warm_requests, write_warm_request
+    la, started = _launcher_with_fakes(tmp_path)
+    g = Generation(1, [A, M], 9000, None)
+    la.members.confirm(g.membership)
+    with open(os.path.join(str(tmp_path), "host_worker"), "w") as handle:
+        handle.write(f"{A}\n{M}\n")
+    write_warm_request(la.files, B)
+    now = time.time()
+    la._check_host_worker(g, now)
+    assert [(p.host, p.kind) for p in started] == [(B, "worker")] and g.stop_at is None
+    la.spares.plan(g.membership, M)                            # a new plan keeps the expected joiner's process
+    assert started[0].alive()
+    la._check_host_worker(g, now + 1)
+    assert len(started) == 1                                   # started once per request
+    started[0].ready = True
+    with open(os.path.join(str(tmp_path), "host_worker"), "w") as handle:
+        handle.write(f"{A}\n{B}\n{M}\n")
+    la._check_host_worker(g, now + 2)                          # warm already: the resize starts at once
+    assert g.stop_at is not None and la.pending_resize["warm_wait_s"] == 0
+    assert la.spares.take(B, "worker") is started[0] and len(started) == 1
+    g2 = Generation(2, [A, B, M], 9001, None)
+    la._take_warm_requests(g2, now + 3)                        # a member now: the request is done
+    assert read_warm_requests(la.files) == {}
+
+
+def test_warm_request_of_a_host_that_never_joins_expires(tmp_path):
+    from dynatrain_runtime.jobfiles import read_warm_requests, write_warm_request
+    la, started = _launcher_with_fakes(tmp_path)
+    g = Generation(1, [A, M], 9000, None)
+    write_warm_request(la.files, B, ttl=5)
+    now = time.time()
+    la._take_warm_requests(g, now)
+    assert len(started) == 1 and started[0].alive()
+    started[0].rc = 255                                        # its process died: not restarted for the request
+    la._take_warm_requests(g, now + 1)
+    assert len(started) == 1
+    started.append(FakeProc(B, "worker"))
+    la.spares.pools[(B, "worker")] = [started[-1]]
+    la._take_warm_requests(g, now + 10)                        # expired: request deleted, process ended
+    assert read_warm_requests(la.files) == {} and not started[-1].alive()
+    assert any(e == "warm_request_expired" for e in _events(tmp_path))
+
+
+def _events(efs):
+    import json
+    with open(os.path.join(str(efs), "events.jsonl")) as handle:
+        return [json.loads(line)["event"] for line in handle if line.strip()]
+
+
+def test_per_node_servers_one_next_to_each_worker(tmp_path):
+    assert parse_args(["--script", "x", "--num-servers", "per-node"]).num_servers == "per-node"
+    assert parse_args(["--script", "x", "--servers", "3"]).num_servers == 3
+    la, started = _launcher_with_fakes(tmp_path, "--num-servers", "per-node")
+    sent = []
+    FakeProc.assign = lambda self, role, gen, env: sent.append((self.host, role, env))
+    try:
+        g = la.start_generation([A, B, M])
+    finally:
+        del FakeProc.assign
+    assert [(h, r) for h, r, _env in sent][:4] == [(M, "scheduler"), (A, "server"), (B, "server"), (M, "server")]
+    assert all(env["DMLC_NUM_SERVER"] == "3" and env["DMLC_NODE_HOST"] == h for h, _r, env in sent)
+    assert len(g.servers) == 4 and la.spares.want[(M, "serve")] == 2 and la.spares.want[(A, "serve")] == 1
+    assert la.spares.joiner_keys("127.0.0.4") == [("127.0.0.4", "worker"), ("127.0.0.4", "serve")]
