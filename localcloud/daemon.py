@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, moto_compat
+from . import config, images, moto_compat
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -162,6 +162,7 @@ def run():
     from moto.server import ThreadedMotoServer
 
     moto_compat.apply()
+    images.apply(home)  # CreateImage -> podman commit (localcloud/images.py)
     server = ThreadedMotoServer(ip_address=config.HOST, port=config.port(), verbose=False)
     server.start()
     reconciler = None
