@@ -117,8 +117,10 @@ def apply(home: str | None = None) -> None:
     create_image = AmiBackend.create_image
     deregister_image = AmiBackend.deregister_image
 
-    def create_image_and_commit(self, instance_id, *args, **kwargs):
-        ami = create_image(self, instance_id, *args, **kwargs)
+    def create_image_and_commit(self, instance_id, name, description, tag_specifications, *args, **kwargs):
+        # amazon.aws.ec2_ami tags the snapshots too; moto has no snapshot of a created image.
+        tag_specifications = [t for t in tag_specifications or [] if t.get("ResourceType") != "snapshot"]
+        ami = create_image(self, instance_id, name, description, tag_specifications, *args, **kwargs)
         try:
             commit(instance_id, ami.id, home)
         except Exception:
