@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, moto_compat, quotas, request_log
+from . import config, images, moto_compat, quotas, request_log
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -169,6 +169,7 @@ def run():
 
     moto_compat.apply()
     quotas.apply()
+    images.apply(home)  # CreateImage -> podman commit (localcloud/images.py)
     # A new cloud is a new account: its record of API calls starts empty.
     calls = request_log.log_path(home)
     open(calls, "w").close()

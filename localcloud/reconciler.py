@@ -24,7 +24,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import config, podman
+from . import config, images, podman
 from .imds import ImdsRegistry, InstanceMetadata
 
 log = logging.getLogger("localcloud.reconciler")
@@ -288,7 +288,8 @@ class Reconciler:
             for fs in fs_ids:
                 os.makedirs(config.efs_dir(fs), exist_ok=True)
                 args += ["-v", "%s:%s/%s" % (config.efs_dir(fs), config.EFS_MOUNT_ROOT, fs)]
-            args.append(config.IMAGE)
+            # An AMI made by CreateImage boots its own image (a baked node), any other the stock one.
+            args.append(images.image_for(inst.ami_id))
             podman.run(args, timeout=120)
             with self.lock:
                 self.created.add(inst.id)
@@ -437,4 +438,6 @@ def remove_all_containers(home):
     for n in names:
         log.info("%s: container removed", n)
         shutil.rmtree(config.instance_dir(n), ignore_errors=True)
+    # The AMIs of CreateImage die with moto's state: their images go with the nodes.
+    images.remove_all(home)
     return names

@@ -88,10 +88,20 @@ def test_elastic_membership_end_to_end(cloud):
         assert not _boto(env, "ec2").describe_vpcs(
             Filters=[{"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]}])["Vpcs"]
 
+        # issue 10: bake the node image once (its key pair and network are the cluster's); every node
+        # this run launches boots it, so its many add_workers skip the packages, the venv and the runtime
+        out = _run_ok(env, "bake_image", {})
+        baked = [i["ImageId"] for i in _boto(env, "ec2").describe_images(Owners=["self"], Filters=[
+            {"Name": "tag:dynatrain:image", "Values": ["dynatrain-node"]}])["Images"]]
+        assert len(baked) == 1, out[-3000:]
+
         _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
         job = _job(env)
         efs = job.efs_dir()
         nodes = _nodes(env)
+        booted = {i["ImageId"] for r in _boto(env, "ec2").describe_instances(InstanceIds=[n["id"] for n in nodes.values()])[
+            "Reservations"] for i in r["Instances"]}
+        assert booted == set(baked), booted
         master = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:role") == "master"][0]
         base = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "base"][0]
         job.wait_for("training to start", lambda: job.status().get("step", 0) > 0, 300)

@@ -34,6 +34,7 @@ MODULE_ACTIONS = {
     "amazon.aws.ec2_security_group_info": {"ec2:DescribeSecurityGroups"},
     # our modules that call AWS
     "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
+    "dynatrain.elastic.ec2_tags": {"ec2:DescribeTags", "ec2:CreateTags"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
     "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
                                          "servicequotas:GetServiceQuota"},

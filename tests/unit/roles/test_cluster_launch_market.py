@@ -96,9 +96,12 @@ def test_short_spot_capacity_falls_back_to_on_demand(cloud, tmp_path, short_of_s
     assert "Spot capacity is short (MaxSpotInstanceCountExceeded: There is no Spot capacity" in out, out[-3000:]
     assert "launching 2 on-demand instead" in out
     assert _launched(ec2, tmp_path) == [("on-demand", "on-demand"), ("on-demand", "on-demand")], out[-3000:]
-    # One spot request only: the others went straight to on-demand.
+    # One spot request only: the others went straight to on-demand, in one request.
     assert out.count("Request the other instances (spot)") == 1
-    assert "skipping: [localhost] => (item=1)" in out, out[-3000:]
+    rest = out.split("Request the other instances (spot)", 1)[1].split("TASK [", 1)[0]
+    assert "skipping: [localhost]" in rest, out[-3000:]
+    fallback = out.split("Request the missing instances on-demand", 1)[1].split("TASK [", 1)[0]
+    assert "changed: [localhost]" in fallback and "item=" not in fallback, fallback
 
 
 def test_short_spot_capacity_without_fallback_fails(cloud, tmp_path, short_of_spot):
