@@ -103,10 +103,14 @@ class Generation:
         return failed
 
     def silent(self, now, failed, start_timeout, dead_timeout):
-        """Workers with no sign of life (dead host, frozen VM)."""
+        """Workers with no sign of life (dead host, frozen VM).
+
+        A worker that reported "stopped" at the stop boundary is left out: it is winding down
+        (interpreter exit silences its alive thread; ps-lite's finalize may wait for its peers)
+        while rank 0 may still be writing the stop checkpoint on a slow volume."""
         out = {}
         for host, w in self.workers.items():
-            if host in self.exited or host in failed:
+            if host in self.exited or host in failed or w.stopped:
                 continue
             if w.last_alive is None and now - self.started > start_timeout:
                 out[host] = f"worker did not start within {start_timeout:.0f} s"
