@@ -51,6 +51,8 @@ def _nodes(env):
             if i["LaunchTime"].timestamp() < STARTED - 5:
                 continue
             tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+            if tags.get("dynatrain:role") == "image-builder":
+                continue  # bake_image.yml's builder (terminated once the image is made) is no node
             ip = i["PrivateIpAddress"]
             if ip in out and out[ip]["launch"] > i["LaunchTime"]:
                 continue  # an address re-used by a later instance: the newest one is the node
