@@ -43,7 +43,7 @@ def private_inventory(env):
     dest = os.path.join(config.home(), "inventory")
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(os.path.join(ROOT, "inventories", "local"), dest)
-    for dirpath, _, files in os.walk(dest):
+    for dirpath, _dirs, files in os.walk(dest):
         for name in files:
             path = os.path.join(dirpath, name)
             with open(path) as fh:

@@ -64,7 +64,7 @@ def main():
     try:
         for n in [int(w) for w in args.workers.split(",")]:
             runs = {"1": [], "per-node": []}
-            for _ in range(args.repeat):
+            for _round in range(args.repeat):
                 for servers in ("1", "per-node"):          # alternating: load from other jobs hits both
                     runs[servers].append(throughput(args.python, data, n, servers, args.epochs, args.model, port))
                     port += 1

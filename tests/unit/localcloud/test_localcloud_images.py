@@ -24,7 +24,7 @@ class FakePodman:
             labels = dict(a.split(" ", 1)[1].split("=", 1) for a in args[1:-2] if a.startswith("LABEL "))
             self.images[args[-1]] = ("id-" + args[-1].rsplit(":", 1)[1], labels)
         elif args[0] == "rmi":
-            hit = [t for t, (i, _) in self.images.items() if args[-1] in (t, i)]
+            hit = [t for t, (i, _labels) in self.images.items() if args[-1] in (t, i)]
             rc = 0 if hit else 1
             for t in hit:
                 del self.images[t]
