@@ -90,11 +90,14 @@ def remove(ami_id: str) -> bool:
 
 def list_images(home: str) -> list[str]:
     """Ids of this cloud's AMI images."""
+    # One label filter only: podman ORs repeated label filters, so "home=X" + "is an AMI" matched
+    # every AMI image of every cloud on the machine (a second cloud's `down` removed this one's).
     out = podman.run(
-        ["images", "--format", "json", "--filter", "label=%s=%s" % (config.HOME_LABEL, home),
-         "--filter", "label=%s" % AMI_LABEL]
+        ["images", "--format", "json", "--filter", "label=%s=%s" % (config.HOME_LABEL, home)]
     ).stdout.strip() or "[]"
-    return [img["Id"] for img in json.loads(out) if img.get("Id")]
+    return [img["Id"] for img in json.loads(out)
+            if img.get("Id") and AMI_LABEL in (img.get("Labels") or {})
+            and (img.get("Labels") or {}).get(config.HOME_LABEL) == home]
 
 
 def remove_all(home: str | None = None) -> list[str]:

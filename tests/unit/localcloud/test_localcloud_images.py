@@ -29,9 +29,11 @@ class FakePodman:
             for t in hit:
                 del self.images[t]
         elif args[0] == "images":
+            # like podman 4: repeated label filters are ORed
             want = [f.split("=", 1)[1] for f in args if f.startswith("label=")]
-            out = json.dumps([{"Id": i} for i, labels in self.images.values()
-                              if all(w.split("=", 1)[0] in labels and ("=" not in w or labels[w.split("=", 1)[0]] == w.split("=", 1)[1])
+            out = json.dumps([{"Id": i, "Labels": labels} for i, labels in self.images.values()
+                              if any(w.split("=", 1)[0] in labels
+                                     and ("=" not in w or labels[w.split("=", 1)[0]] == w.split("=", 1)[1])
                                      for w in want)])
         elif args[0] == "ps":
             out = json.dumps([{"Names": [c], "State": "running"} for c in sorted(self.containers)])
@@ -92,3 +94,11 @@ def test_moto_create_image_commits_and_deregister_removes(fake, monkeypatch):
         assert images.image_for(new) == images.tag(new)
         ec2.deregister_image(ImageId=new)
         assert images.image_for(new) == config.IMAGE
+
+
+def test_down_of_one_cloud_leaves_another_clouds_images(fake):
+    """Two clouds on one machine (a test cloud beside the e2e's): remove_all is per state directory."""
+    assert images.commit("i-builder", "ami-mine", home="/state-a")
+    assert images.commit("i-builder", "ami-theirs", home="/state-b")
+    assert images.remove_all(home="/state-a") == ["id-ami-mine"]
+    assert images.image_for("ami-theirs") == "localhost/dynatrain-ami:ami-theirs"
