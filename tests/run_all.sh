@@ -3,6 +3,12 @@
 # Stages: lint (ansible-lint + argument-spec drift), sanity (ansible-test),
 # unit (pytest tests/unit), molecule (every role scenario), e2e (local cloud).
 # DT_TEST_STAGES="unit e2e" runs a subset.
+#
+# With both molecule and e2e selected, the scenarios that drive the local cloud
+# (cluster, lifecycle) run first, then the e2e runs in the background while the
+# role scenarios (each in its own container and network namespace) run beside it:
+# both spend most of their time waiting on SSH, containers and training steps, not
+# on the 2 cores. DT_TEST_SERIAL=1 runs everything one after another.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -12,6 +18,7 @@ export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
 STAGES=${DT_TEST_STAGES:-"lint sanity unit molecule e2e"}
 declare -A TIMES RESULTS
 overall=0
+E2E=(python -m pytest tests/e2e -q -p no:cacheprovider -x)
 
 run_stage() {
   local name=$1; shift
@@ -24,25 +31,65 @@ run_stage() {
   [ $rc -eq 0 ] || overall=1
 }
 
+# Scenarios on the local cloud use molecule's delegated (`default`) driver.
+cloud_scenarios() { grep -l "^  name: default" molecule/*/molecule.yml | xargs -n1 dirname | xargs -n1 basename; }
+role_scenarios() {
+  for f in molecule/*/molecule.yml; do
+    grep -q "^  name: default" "$f" || basename "$(dirname "$f")"
+  done
+}
+
+# e2e in the background (its output kept in a file, printed when it ends) beside the role scenarios.
+run_e2e_beside_roles() {
+  local log="$ROOT/tests/output/e2e.log"
+  mkdir -p "$(dirname "$log")"
+  echo "=== stage e2e (background, output in tests/output/e2e.log): ${E2E[*]}"
+  local t0=$SECONDS
+  "${E2E[@]}" >"$log" 2>&1 &
+  local pid=$!
+  DT_MOLECULE_SCENARIOS="$(role_scenarios | tr '\n' ' ')" run_stage molecule-roles bash tests/molecule.sh
+  wait $pid
+  local rc=$?
+  TIMES[e2e]=$((SECONDS - t0))
+  RESULTS[e2e]=$([ $rc -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")
+  [ $rc -eq 0 ] || overall=1
+  echo "=== stage e2e: its output"
+  cat "$log"
+}
+
+parallel=0
+if [[ " $STAGES " == *" molecule "* && " $STAGES " == *" e2e "* && -z "${DT_TEST_SERIAL:-}" && -z "${DT_MOLECULE_SCENARIOS:-}" ]]; then
+  parallel=1
+fi
+
 for stage in $STAGES; do
   case $stage in
     lint) run_stage lint bash tests/lint.sh ;;
     sanity) run_stage sanity bash tests/sanity.sh ;;
     unit) run_stage unit python -m pytest tests/unit -q -p no:cacheprovider ;;
-    molecule) run_stage molecule bash tests/molecule.sh ;;
-    e2e) run_stage e2e python -m pytest tests/e2e -q -p no:cacheprovider -x ;;
+    molecule)
+      if [ $parallel = 1 ]; then
+        DT_MOLECULE_SCENARIOS="$(cloud_scenarios | tr '\n' ' ')" run_stage molecule-cloud bash tests/molecule.sh
+        run_e2e_beside_roles
+      else
+        run_stage molecule bash tests/molecule.sh
+      fi ;;
+    e2e) [ $parallel = 1 ] || run_stage e2e "${E2E[@]}" ;;
     *) echo "unknown stage $stage"; overall=1 ;;
   esac
 done
 
-# Nothing stays behind: the cluster molecule scenario and the e2e share the local cloud.
+# Nothing stays behind: the cluster molecule scenarios and the e2e share the local cloud.
 if [ -z "${DT_KEEP_CLOUD:-}" ] || [ "${DT_KEEP_CLOUD}" = 0 ]; then
   python -m localcloud down >/dev/null 2>&1 || true
 fi
 
 echo
 echo "=== make test: wall time per stage"
-for stage in $STAGES; do
-  printf '  %-9s %6ss  %s\n' "$stage" "${TIMES[$stage]:-0}" "${RESULTS[$stage]:-not run}"
+for stage in lint sanity unit molecule molecule-cloud molecule-roles e2e; do
+  [ -n "${TIMES[$stage]:-}" ] || continue
+  printf '  %-14s %6ss  %s\n' "$stage" "${TIMES[$stage]}" "${RESULTS[$stage]}"
 done
+[ $parallel = 1 ] && echo "  (e2e ran beside molecule-roles)"
+echo "  total          ${SECONDS}s"
 exit $overall

@@ -5,7 +5,8 @@ worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
 instance launched from the worker template by hand, launch up to
 dt_desired_workers), delete an elastic tag and reconcile again, run add_workers and
 remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd restarts it), kill the
-master's node and re-run bootstrap (a new master resumes the job); the job finishes,
+master's node and re-run bootstrap (a new master resumes the job); train.yml restarts the job with a
+smaller epoch count (SIGTERM, checkpoint, resume) and it finishes,
 host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
@@ -25,10 +26,20 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "e2eelastic"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.79.0.0/16", "dt_subnet_cidr": "127.79.1.0/24"}
-# Long enough that the last membership change (the concurrent add + remove) lands before the end
-# on a busy 2-core machine.
-EPOCHS = 220
-TRAIN = ["--epochs", str(EPOCHS), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
+# The job's epoch budget is far more than the membership changes below take (~6 s an epoch with
+# SLOW), so it cannot finish before the last of them however loaded the machine is; once they are
+# done the test ends it a few epochs later with train.yml (restarted with a smaller --epochs).
+EPOCH_BUDGET = 2000
+# epochs the job still runs after that restart (at full speed, no SLOW): more than can pass
+# between reading the job's epoch and the launcher's stop
+TAIL_EPOCHS = 20
+
+
+def _train(epochs):
+    return ["--epochs", str(epochs), "--seed", "7", "--audit-samples", "--checkpoint-every", "20"]
+
+
+TRAIN = _train(EPOCH_BUDGET)
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
 
@@ -265,7 +276,16 @@ def test_elastic_membership_end_to_end(cloud):
         assert job.hosts() == [concurrent[0], master]
         assert sorted(e[1:] for e in _log(job)[-2:]) == [("ADDED", concurrent[0]), ("REMOVED", replacement[0])]
 
-        final = job.wait_for("the job to finish", job.final, 1500)
+        # every change is done: end the job TAIL_EPOCHS from now, as a user shortens a run --
+        # train.yml restarted with new arguments: SIGTERM, a checkpoint, exit 0, then the same
+        # membership resumes from that checkpoint (nothing skipped or repeated, SEQ unchanged)
+        assert not job.final(), "the job finished before the last membership change"
+        epochs = (job.status().get("epoch") or 0) + TAIL_EPOCHS
+        seq_before = _log(job)[-1][0]
+        _run_ok(env, "train", {"train_state": "restarted", "dt_train_script_args": _train(epochs)})
+        final = job.wait_for("the job to finish", job.final, 900)
+        assert _log(job)[-1][0] == seq_before
+        assert final["epochs"] == epochs, final
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
         assert sorted(entry[1:] for entry in log) == sorted(
@@ -283,7 +303,7 @@ def test_elastic_membership_end_to_end(cloud):
         meta = latest[1]
         assert meta["finished"]
         assert audit_check(meta["audit"], meta["num_samples"]) == []
-        assert sorted(meta["audit"]["completed_epochs"]) == list(range(EPOCHS))
+        assert sorted(meta["audit"]["completed_epochs"]) == list(range(epochs))
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
         elastic_acc = final["val_acc"]
 
@@ -299,7 +319,7 @@ def test_elastic_membership_end_to_end(cloud):
         assert re.search(r"\b%s\b.*\bmaster\b" % re.escape(master), out), out[-3000:]
 
         # the same job with fixed membership (same seed, same epochs)
-        _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": TRAIN})
+        _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": _train(epochs)})
         fixed = job.wait_for("the fixed-membership job", job.final, 600)
         assert abs(elastic_acc - fixed["val_acc"]) <= 0.01, (elastic_acc, fixed["val_acc"])
         assert elastic_acc >= 0.9
