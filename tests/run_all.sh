@@ -31,11 +31,13 @@ run_stage() {
   [ $rc -eq 0 ] || overall=1
 }
 
-# Scenarios on the local cloud use molecule's delegated (`default`) driver.
-cloud_scenarios() { grep -l "^  name: default" molecule/*/molecule.yml | xargs -n1 dirname | xargs -n1 basename; }
-role_scenarios() {
+# `scenarios cloud|roles`: those on the local cloud use molecule's delegated (`default`) driver,
+# the others a podman container of their own.
+scenarios() {
+  local f kind
   for f in molecule/*/molecule.yml; do
-    grep -q "^  name: default" "$f" || basename "$(dirname "$f")"
+    kind=roles; grep -q "^  name: default" "$f" && kind=cloud
+    [ "$kind" = "$1" ] && printf '%s ' "$(basename "$(dirname "$f")")"
   done
 }
 
@@ -47,7 +49,7 @@ run_e2e_beside_roles() {
   local t0=$SECONDS
   "${E2E[@]}" >"$log" 2>&1 &
   local pid=$!
-  DT_MOLECULE_SCENARIOS="$(role_scenarios | tr '\n' ' ')" run_stage molecule-roles bash tests/molecule.sh
+  DT_MOLECULE_SCENARIOS="$(scenarios roles)" run_stage molecule-roles bash tests/molecule.sh
   wait $pid
   local rc=$?
   TIMES[e2e]=$((SECONDS - t0))
@@ -69,7 +71,7 @@ for stage in $STAGES; do
     unit) run_stage unit python -m pytest tests/unit -q -p no:cacheprovider ;;
     molecule)
       if [ $parallel = 1 ]; then
-        DT_MOLECULE_SCENARIOS="$(cloud_scenarios | tr '\n' ' ')" run_stage molecule-cloud bash tests/molecule.sh
+        DT_MOLECULE_SCENARIOS="$(scenarios cloud)" run_stage molecule-cloud bash tests/molecule.sh
         run_e2e_beside_roles
       else
         run_stage molecule bash tests/molecule.sh
