@@ -20,15 +20,19 @@ declare -A TIMES RESULTS
 overall=0
 E2E=(python -m pytest tests/e2e -q -p no:cacheprovider -x)
 
+# record_stage NAME RC T0: a stage's wall time and result for the table at the end.
+record_stage() {
+  TIMES[$1]=$((SECONDS - $3))
+  RESULTS[$1]=$([ "$2" -eq 0 ] && echo pass || echo "FAIL (rc=$2)")
+  [ "$2" -eq 0 ] || overall=1
+}
+
 run_stage() {
   local name=$1; shift
   echo "=== stage $name: $*"
   local t0=$SECONDS
   "$@"
-  local rc=$?
-  TIMES[$name]=$((SECONDS - t0))
-  RESULTS[$name]=$([ $rc -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")
-  [ $rc -eq 0 ] || overall=1
+  record_stage "$name" $? $t0
 }
 
 # `scenarios cloud|roles`: those on the local cloud use molecule's delegated (`default`) driver,
@@ -51,10 +55,7 @@ run_e2e_beside_roles() {
   local pid=$!
   DT_MOLECULE_SCENARIOS="$(scenarios roles)" run_stage molecule-roles bash tests/molecule.sh
   wait $pid
-  local rc=$?
-  TIMES[e2e]=$((SECONDS - t0))
-  RESULTS[e2e]=$([ $rc -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")
-  [ $rc -eq 0 ] || overall=1
+  record_stage e2e $? $t0
   echo "=== stage e2e: its output"
   cat "$log"
 }
