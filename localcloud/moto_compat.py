@@ -103,7 +103,20 @@ def _patch_launch_template_network():
                     kwargs["associate_public_ip"] = str(primary["AssociatePublicIpAddress"]).lower() == "true"
             if not kwargs.get("metadata_options") and data.get("MetadataOptions"):
                 kwargs["metadata_options"] = dict(data["MetadataOptions"])
-        return original(self, image_id, count, user_data, security_group_names, **kwargs)
+            profile = data.get("IamInstanceProfile") or {}
+        else:
+            profile = {}
+        reservation = original(self, image_id, count, user_data, security_group_names, **kwargs)
+        if profile.get("Name") or profile.get("Arn"):
+            # EC2 gives every instance the template's instance profile (moto: only a
+            # profile named in the request itself), so IMDS serves its credentials.
+            for instance in reservation.instances:
+                self.associate_iam_instance_profile(
+                    instance_id=instance.id,
+                    iam_instance_profile_name=profile.get("Name"),
+                    iam_instance_profile_arn=profile.get("Arn"),
+                )
+        return reservation
 
     InstanceBackend.run_instances = run_instances
 

@@ -93,7 +93,7 @@ def user_env():
 def _playbook_cmd(name, extra):
     if "dt_cluster_name" in extra:
         CLUSTERS[extra["dt_cluster_name"]] = {k: v for k, v in extra.items()
-                                              if k in ("dt_cluster_name", "dt_vpc_cidr", "dt_subnet_cidr")}
+                                              if k in ("dt_cluster_name", "dt_region", "dt_vpc_cidr", "dt_subnet_cidr")}
     # `ansible-playbook <name>.yml -e ...` at the repository root, exactly as a user types it.
     return ["ansible-playbook", name + ".yml", "-e", json.dumps(extra)]
 

@@ -5,11 +5,13 @@ worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
 instance launched from the worker template by hand, launch up to
 dt_desired_workers), delete an elastic tag and reconcile again, run add_workers and
 remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd restarts it), kill the
-master's node and re-run bootstrap (a new master resumes the job); train.yml restarts the job with a
-smaller epoch count (SIGTERM, checkpoint, resume) and it finishes,
-host_worker_log holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
+master's node and re-run bootstrap (a new master resumes the job); issue 14: the master copies every
+checkpoint to S3, the whole cluster is lost at once, and a new cluster of another size in another region
+(bootstrap -e resume_from=s3://...) resumes the job with a smaller epoch count and finishes it;
+host_worker_log (SEQ carried across the move) holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
 epoch across the resizes, and accuracy matches a fixed-membership run."""
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -41,7 +43,10 @@ def _train(epochs):
 
 TRAIN = _train(EPOCH_BUDGET)
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
-LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.79\.1\.\d+) (\d{19})$")
+# issue 14: the job moves to this cluster (another region and network) and resumes from S3
+RESUMED = {"dt_cluster_name": "e2eresume", "dt_region": "us-west-2", "dt_vpc_cidr": "127.80.0.0/16",
+           "dt_subnet_cidr": "127.80.1.0/24"}
+LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.(?:79|80)\.1\.\d+) (\d{19})$")
 
 
 def _boto(env, service):
@@ -71,9 +76,9 @@ def _nodes(env):
     return out
 
 
-def _job(env):
+def _job(env, cluster=CLUSTER):
     """scripts/demo.py's reader of the cluster's shared volume and status."""
-    d = demo.Demo(argparse.Namespace(cluster=CLUSTER, subnet="", json=True, train_args=[]))
+    d = demo.Demo(argparse.Namespace(cluster=cluster, subnet="", json=True, train_args=[]))
     d.env = env
     return d
 
@@ -83,6 +88,25 @@ def _log(job):
     parsed = [LOG_LINE.match(l) for l in lines]
     assert all(parsed), lines
     return [(int(m.group(1)), m.group(2), m.group(3)) for m in parsed]
+
+
+def _checkpoint_bucket(s3):
+    names = [b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"].startswith("dynatrain-checkpoints-")]
+    assert len(names) == 1, names
+    return names[0]
+
+
+def _s3_keys(s3, bucket, prefix):
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def _s3_latest(s3, bucket, prefix):
+    """LATEST.json of a job's S3 copy (written once the checkpoint it names is whole there)."""
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=prefix + "LATEST.json")["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
 
 
 def _run_ok(env, name, extra):
@@ -276,27 +300,61 @@ def test_elastic_membership_end_to_end(cloud):
         assert job.hosts() == [concurrent[0], master]
         assert sorted(e[1:] for e in _log(job)[-2:]) == [("ADDED", concurrent[0]), ("REMOVED", replacement[0])]
 
-        # every change is done: end the job TAIL_EPOCHS from now, as a user shortens a run --
-        # train.yml restarted with new arguments: SIGTERM, a checkpoint, exit 0, then the same
-        # membership resumes from that checkpoint (nothing skipped or repeated, SEQ unchanged)
+        # issue 14: while it trains, the master copies every committed checkpoint to S3 (its instance
+        # profile alone may); the bucket is encrypted and closed to the public
+        ec2 = _boto(env, "ec2")
+        s3 = _boto(env, "s3")
+        bucket = _checkpoint_bucket(s3)
+        prefix = CLUSTER + "/job/"
+        assert s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+        blocked = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+        assert blocked and all(blocked.values()), blocked
+        running = {ip: n for ip, n in _nodes(env).items() if n["state"] == "running"}
+        profiles = {ip: (i.get("IamInstanceProfile") or {}).get("Arn", "") for ip, n in running.items()
+                    for r in ec2.describe_instances(InstanceIds=[n["id"]])["Reservations"] for i in r["Instances"]}
+        assert profiles.pop(master).endswith("/dynatrain-%s-master" % CLUSTER), profiles
+        assert not any(profiles.values()), profiles
         assert not job.final(), "the job finished before the last membership change"
-        epochs = (job.status().get("epoch") or 0) + TAIL_EPOCHS
-        seq_before = _log(job)[-1][0]
-        _run_ok(env, "train", {"train_state": "restarted", "dt_train_script_args": _train(epochs)})
-        final = job.wait_for("the job to finish", job.final, 900)
-        assert _log(job)[-1][0] == seq_before
+        step_now = job.status().get("step", 0)
+        saved = job.wait_for("a checkpoint after step %d in S3" % step_now,
+                             lambda: (_s3_latest(s3, bucket, prefix) or {}).get("step", -1) > step_now, 300)
+        in_s3 = _s3_keys(s3, bucket, prefix + saved["checkpoint"])
+        assert prefix + saved["checkpoint"] + "meta.json" in in_s3 and len(in_s3) >= 2, in_s3
+        old_log = _log(job)
+
+        # the whole cluster is lost at once (every instance gone, nothing saved on the way out);
+        # teardown deletes what is left but the bucket
+        killed_at = time.time()
+        ec2.terminate_instances(InstanceIds=[n["id"] for n in running.values()])
+        job.wait_for("the cluster's instances to terminate",
+                     lambda: not any(n["state"] in ("pending", "running") for n in _nodes(env).values()), 120)
+        _run_ok(env, "teardown", {})
+        saved = _s3_latest(s3, bucket, prefix)
+        assert saved and saved["step"] > step_now, saved
+
+        # resume on a new cluster of another size in another region: the job ends TAIL_EPOCHS later
+        epochs = (saved.get("epoch") or 0) + TAIL_EPOCHS
+        resume_from = "s3://%s/%s" % (bucket, prefix)
+        rc, out = playbook(env, "bootstrap", dict(RESUMED, worker_count=2, resume_from=resume_from,
+                                                  dt_train_script_args=_train(epochs)))
+        assert rc == 0, "bootstrap with resume_from failed:\n%s" % out[-5000:]
+        job = _job(dict(env, AWS_DEFAULT_REGION=RESUMED["dt_region"]), RESUMED["dt_cluster_name"])
+        efs = job.efs_dir()
+        new_nodes = job.hosts()
+        assert len(new_nodes) == 3 and not set(new_nodes) & set(running), new_nodes
+        final = job.wait_for("the resumed job to finish", job.final, 900)
         assert final["epochs"] == epochs, final
+        resumed = [e for e in job.events() if e.get("event") == "generation_start"
+                   and e["time"] > killed_at]
+        assert resumed and resumed[0]["resume_step"] == saved["step"], resumed[:1]
+        # SEQ carries on: the old log intact, then the old members out and the new ones in
         log = _log(job)
         assert [e[0] for e in log] == list(range(len(log))), log
-        assert sorted(entry[1:] for entry in log) == sorted(
-            [("ADDED", base), ("ADDED", lost_master), ("REMOVED", lost_master), ("ADDED", master)]
-            + [("ADDED", ip) for ip in added]
-            + [("REMOVED", removed[0]), ("REMOVED", base), ("FAILED", victim), ("ADDED", late[0]),
-               ("REMOVED", late[0]), ("ADDED", console_ip), ("ADDED", replacement[0]), ("REMOVED", console_ip),
-               ("ADDED", concurrent[0]), ("REMOVED", replacement[0])])
-        assert [entry[1] for entry in log][-10:-2] == [
-            "REMOVED", "REMOVED", "FAILED", "ADDED", "REMOVED", "ADDED", "ADDED", "REMOVED"]
-        assert job.hosts() == [concurrent[0], master]
+        assert log[:len(old_log)] == old_log
+        assert sorted(e[1:] for e in log[len(old_log):]) == sorted(
+            [("REMOVED", ip) for ip in (concurrent[0], master)] + [("ADDED", ip) for ip in new_nodes]), log
+        assert job.wait_for("final.json in S3", lambda: _s3_keys(
+            s3, bucket, RESUMED["dt_cluster_name"] + "/job/results/final.json"), 120)
 
         # every sample exactly once per epoch across all the resizes
         latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()
@@ -304,25 +362,30 @@ def test_elastic_membership_end_to_end(cloud):
         assert meta["finished"]
         assert audit_check(meta["audit"], meta["num_samples"]) == []
         assert sorted(meta["audit"]["completed_epochs"]) == list(range(epochs))
-        assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 4}
+        assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 3, 4}
         elastic_acc = final["val_acc"]
 
         # the picture of this run (status.yml -e plot=true draws the same): every resize, the lost
         # worker and the spot drain are marked; kept in tests/output/ (the README's comes from it)
         out_png = os.path.join(ROOT, "tests", "output", "e2e-timeline.png")
         os.makedirs(os.path.dirname(out_png), exist_ok=True)
-        rc, out = playbook(env, "status", dict(NET, plot=True, plot_path=out_png))
+        rc, out = playbook(env, "status", dict(RESUMED, plot=True, plot_path=out_png))
         assert rc == 0 and out_png in out, out[-3000:]
         assert open(out_png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
         drawn = re.search(r"(\d+)\s+resizes,\s+(\d+)\s+lost\s+workers,\s+(\d+)\s+spot\s+drains", out)
         assert drawn and int(drawn.group(1)) >= 8 and int(drawn.group(2)) >= 1 and int(drawn.group(3)) >= 1, out[-3000:]
-        assert re.search(r"\b%s\b.*\bmaster\b" % re.escape(master), out), out[-3000:]
+        assert re.search(r"\b%s\b.*\bmaster\b" % re.escape(new_nodes[-1]), out), out[-3000:]
 
-        # the same job with fixed membership (same seed, same epochs)
-        _run_ok(env, "train", {"train_fresh": True, "dt_train_script_args": _train(epochs)})
+        # the same job with fixed membership (same seed, same epochs); a fresh job needs a name of its own in S3
+        rc, out = playbook(env, "train", dict(RESUMED, train_fresh=True, dt_train_script_args=_train(epochs)))
+        assert rc != 0 and "dt_job_name=<name>" in out and "Nothing was changed" in out, out[-3000:]
+        rc, out = playbook(env, "train", dict(RESUMED, train_fresh=True, dt_job_name="fixed",
+                                              dt_train_script_args=_train(epochs)))
+        assert rc == 0, out[-3000:]
         fixed = job.wait_for("the fixed-membership job", job.final, 600)
         assert abs(elastic_acc - fixed["val_acc"]) <= 0.01, (elastic_acc, fixed["val_acc"])
         assert elastic_acc >= 0.9
     finally:
-        rc, out = playbook(env, "teardown", NET)
-        assert rc == 0, out[-3000:]
+        for cluster in (NET, RESUMED):
+            rc, out = playbook(env, "teardown", dict(cluster, delete_checkpoints=True))
+            assert rc == 0, out[-3000:]
