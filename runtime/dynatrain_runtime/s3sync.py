@@ -1,0 +1,472 @@
+"""A job's checkpoints and files copied to S3 (``dt-checkpoint-sync``) and restored onto a fresh volume
+(``dt-checkpoint-restore``), so a job outlives its cluster.
+
+Layout under ``s3://<bucket>/<prefix>/``: ``checkpoints/ckpt-<step>/<file>`` (``meta.json`` uploaded
+last), ``LATEST.json`` (written only once every object of the checkpoint it names is uploaded, and only
+ever forward), and copies of ``host_worker_log``, ``events.jsonl``, ``status.json``,
+``results/final.json`` and ``logs/launcher.log``.  boto3 is imported lazily: ``import
+dynatrain_runtime`` stays standard-library only (the ``s3`` extra brings boto3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+
+from .checkpoint import CKPT_PREFIX, CheckpointStore
+from .host_worker_file import fsync_directory
+from .jobfiles import JobFiles, read_json, write_json
+
+SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
+_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()=+@,:-]+")     # S3's safe key characters, and a few
+_LATEST_CKPT = re.compile(r"checkpoints/(ckpt-\d{10})/")
+
+
+class UserError(Exception):
+    """A mistake the caller can fix (bad URL, nothing to restore, would mix two jobs): exit 2."""
+
+
+class Stopped(Exception):
+    """SIGTERM and the grace time is over: stop between two objects."""
+
+
+def parse_url(url):
+    """``s3://bucket/prefix[/]`` -> ``(bucket, "prefix/")`` (``""`` for the bucket's root)."""
+    match = re.fullmatch(r"s3://([^/]*)(?:/(.*))?", str(url or ""))
+    if not match or not _BUCKET.fullmatch(match.group(1)):
+        raise UserError(f"not an S3 URL: {url!r} (expected s3://<bucket>/<cluster>/<job>/)")
+    parts = (match.group(2) or "").rstrip("/").split("/")
+    if parts == [""]:
+        return match.group(1), ""
+    if any(p in (".", "..") or not _SEGMENT.fullmatch(p) for p in parts):
+        raise UserError(f"bad S3 prefix in {url!r}: empty, '.' or '..' parts, or characters other than "
+                        f"letters, digits and !_.*'()=+@,:-")
+    return match.group(1), "/".join(parts) + "/"
+
+
+def make_client():
+    """The S3 client: default credentials (the instance profile on AWS); path style for an endpoint URL."""
+    import boto3
+    from botocore.config import Config
+    opts = {"retries": {"max_attempts": 5, "mode": "standard"}, "connect_timeout": 10, "read_timeout": 60}
+    if os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3"):
+        opts["s3"] = {"addressing_style": "path"}     # the local cloud (moto) has no bucket DNS names
+    return boto3.client("s3", config=Config(**opts))
+
+
+def error_code(exc):
+    return (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+
+
+def explain(exc, url):
+    """One line that says what went wrong with ``url``."""
+    code = error_code(exc)
+    if code == "NoSuchBucket":
+        return f"NoSuchBucket: the bucket of {url} does not exist"
+    if code in ("AccessDenied", "403"):
+        return f"AccessDenied on {url}: this node's credentials (instance profile) lack s3 rights on it"
+    if code:
+        return f"{code}: {exc} ({url})"
+    return f"{type(exc).__name__}: {exc} ({url})"
+
+
+def read_latest(s3, bucket, prefix):
+    """``LATEST.json`` under ``prefix`` as a dict, or ``None`` when there is none."""
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + "LATEST.json")["Body"].read()
+    except Exception as exc:            # noqa: BLE001 - botocore's ClientError, imported lazily
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return None
+        raise
+    return json.loads(body)
+
+
+class _Head:
+    """The first ``n`` bytes of an open file (a log's complete lines; its last one may be half-written)."""
+
+    def __init__(self, handle, n):
+        self.handle, self.left = handle, n
+
+    def read(self, size=-1):
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        data = self.handle.read(size)
+        self.left -= len(data)
+        return data
+
+
+def complete_lines_length(handle, size):
+    handle.seek(max(0, size - 65536))
+    tail = handle.read(size - handle.tell())
+    cut = tail.rfind(b"\n")
+    handle.seek(0)
+    return size if cut < 0 else size - len(tail) + cut + 1
+
+
+class Sync:
+    """One job's copy to S3: ``run_pass()`` uploads what is new; ``run()`` loops until SIGTERM."""
+
+    def __init__(self, efs, url, keep=2, checkpoint_dir=None, client=None):
+        self.bucket, self.prefix = parse_url(url)
+        self.url = f"s3://{self.bucket}/{self.prefix}"
+        self.files = JobFiles(efs, checkpoint_dir)
+        self.keep = max(1, int(keep))
+        self.s3 = client or make_client()
+        self.state_path = os.path.join(self.files.control, "s3sync.json")
+        old = read_json(self.state_path) or {}
+        self.uploaded_bytes = int(old.get("uploaded_bytes", 0)) if old.get("url") == self.url else 0
+        self.last_step, self.error, self.last_ok = None, None, None
+        self.seen = {}                # job file key -> (size, mtime_ns) last uploaded
+        self.deadline = None          # set by SIGTERM: stop between objects after it
+        self._pruned = self._warned = False
+        self._logged = (None, 0.0)
+
+    # ------------------------------------------------------------------ S3 primitives
+    def _check_stop(self):
+        if self.deadline is not None and time.time() > self.deadline:
+            raise Stopped()
+
+    def _upload(self, fileobj, key, size):
+        from boto3.s3.transfer import TransferConfig
+        self._check_stop()
+        self.s3.upload_fileobj(fileobj, self.bucket, self.prefix + key, ExtraArgs=dict(SSE),
+                               Config=TransferConfig(max_concurrency=2))   # gentle beside training
+        self.uploaded_bytes += size
+
+    def _put_json(self, key, obj):
+        body = json.dumps(obj, sort_keys=True).encode()
+        self.s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=body,
+                           ContentType="application/json", **SSE)
+        self.uploaded_bytes += len(body)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _upload_checkpoint(self, path):
+        """Upload one committed checkpoint, meta.json last; ``None`` when it went away meanwhile."""
+        name = os.path.basename(path)
+        try:
+            with open(os.path.join(path, "meta.json"), "rb") as handle:
+                meta_bytes = handle.read()
+            meta = json.loads(meta_bytes)
+            names = sorted(n for n in os.listdir(path) if n != "meta.json")
+        except (OSError, ValueError):
+            return None               # pruned (renamed to .trash-) between the listing and now
+        for leaf in names:
+            try:
+                # Once open, a prune (rename + unlink) cannot change what we read: it is immutable.
+                with open(os.path.join(path, leaf), "rb") as handle:
+                    st = os.fstat(handle.fileno())
+                    if stat.S_ISREG(st.st_mode):          # a checkpoint is flat: files only
+                        self._upload(handle, f"checkpoints/{name}/{leaf}", st.st_size)
+            except OSError:
+                if not os.path.isdir(path):
+                    return None
+                raise
+        self._check_stop()
+        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}checkpoints/{name}/meta.json",
+                           Body=meta_bytes, ContentType="application/json", **SSE)
+        self.uploaded_bytes += len(meta_bytes)
+        return meta
+
+    def sync_checkpoints(self):
+        latest = read_latest(self.s3, self.bucket, self.prefix)
+        done = int(latest["step"]) if latest else -1
+        self.last_step = done if latest else None
+        steps = CheckpointStore(self.files.checkpoints).steps()
+        if steps and steps[-1] < done and not self._warned:
+            self._warned = True
+            self.log(f"{self.url}LATEST.json is at step {done}, ahead of the local checkpoints "
+                     f"(newest {steps[-1]}): LATEST only moves forward, older ones are not uploaded")
+        moved = False
+        for step in [s for s in steps if s > done][-self.keep:]:   # older ones would be pruned at once
+            path = CheckpointStore(self.files.checkpoints).path_for(step)
+            meta = self._upload_checkpoint(path)
+            if meta is None:
+                continue
+            name = os.path.basename(path)
+            self._put_json("LATEST.json", {"checkpoint": f"checkpoints/{name}/", "step": step,
+                                           "epoch": meta.get("epoch"), "time": time.time()})
+            self.last_step, moved = step, True
+            self.log(f"uploaded {name} -> {self.url}checkpoints/{name}/")
+        if self.last_step is not None and (moved or not self._pruned):
+            self.prune(self.last_step)
+            self._pruned = True
+
+    def prune(self, latest_step):
+        """Delete S3 checkpoints older than LATEST's beyond the newest ``keep`` complete ones."""
+        base = self.prefix + "checkpoints/"
+        keys, complete = {}, set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
+            for obj in page.get("Contents", []):
+                name, _, leaf = obj["Key"][len(base):].partition("/")
+                step = name[len(CKPT_PREFIX):]
+                if not (name.startswith(CKPT_PREFIX) and step.isdigit()):
+                    continue
+                keys.setdefault(int(step), []).append(obj["Key"])
+                if leaf == "meta.json":
+                    complete.add(int(step))
+        kept = set(sorted(s for s in complete if s <= latest_step)[-self.keep:])
+        # Steps above LATEST are left alone: only this process writes there, and never concurrently.
+        doomed = [k for s, ks in keys.items() if s < latest_step and s not in kept for k in ks]
+        for i in range(0, len(doomed), 1000):
+            resp = self.s3.delete_objects(Bucket=self.bucket, Delete={
+                "Objects": [{"Key": k} for k in doomed[i:i + 1000]], "Quiet": True})
+            if resp.get("Errors"):
+                err = resp["Errors"][0]
+                raise RuntimeError(f"cannot delete {err.get('Key')}: {err.get('Code')} {err.get('Message')}")
+
+    # ------------------------------------------------------------------ the job's other files
+    def job_files(self):
+        """(S3 key, local path, append-only lines?) of the job files copied when they change."""
+        f = self.files
+        return [("host_worker_log", f.log, True), ("events.jsonl", f.events, True),
+                ("status.json", f.status, False), ("results/final.json", f.result, False),
+                ("logs/launcher.log", os.path.join(f.efs, "logs", "launcher.log"), True)]
+
+    def sync_files(self):
+        for key, path, lines in self.job_files():
+            try:
+                handle = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            with handle:
+                st = os.fstat(handle.fileno())
+                sig = (st.st_size, st.st_mtime_ns)
+                if self.seen.get(key) == sig:
+                    continue
+                size = complete_lines_length(handle, st.st_size) if lines else st.st_size
+                self._upload(_Head(handle, size), key, size)
+                self.seen[key] = sig
+
+    # ------------------------------------------------------------------ the loop
+    def log(self, text):
+        print(f"dt-checkpoint-sync: {text}", file=sys.stderr, flush=True)
+
+    def run_pass(self):
+        """One pass; ``True`` when it succeeded.  Never raises but ``Stopped``."""
+        try:
+            self.sync_checkpoints()
+            self.sync_files()
+            self.error, self.last_ok = None, time.time()
+        except Stopped:
+            raise
+        except Exception as exc:       # noqa: BLE001 - network, credentials, bucket: retried next pass
+            self.error = explain(exc, self.url)
+            if self._logged[0] != self.error or time.time() - self._logged[1] > 60:
+                self.log(f"pass failed: {self.error}")
+                self._logged = (self.error, time.time())
+        finally:
+            self.write_state()
+        return self.error is None
+
+    def write_state(self):
+        state = {"url": self.url, "last_step": self.last_step, "last_pass_time": time.time(),
+                 "last_ok_time": self.last_ok, "uploaded_bytes": self.uploaded_bytes, "error": self.error}
+        try:
+            write_json(self.state_path, state)
+        except OSError as exc:
+            self.log(f"cannot write {self.state_path}: {exc}")
+
+    def run(self, interval=5.0, once=False, grace=20.0):
+        """Pass every ``interval`` s.  SIGTERM: a last pass within ``grace`` s, then exit 0."""
+        def on_term(_signum, _frame):
+            now = time.time()
+            self.deadline = now if self.deadline is not None else now + grace   # a second one: at once
+
+        old = signal.signal(signal.SIGTERM, on_term)
+        try:
+            while True:
+                try:
+                    ok = self.run_pass()
+                except Stopped:
+                    return 0
+                if once:
+                    return 0 if ok else 1
+                if self.deadline is not None:
+                    return 0          # that was the final pass
+                until = time.time() + interval
+                while time.time() < until and self.deadline is None:
+                    time.sleep(min(0.2, interval))
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+
+# ---------------------------------------------------------------------- restore
+def _chown(path, owner):
+    if owner is not None:
+        os.chown(path, *owner)
+
+
+def parse_owner(text):
+    """``user[:group]`` -> ``(uid, gid)``."""
+    import grp
+    import pwd
+    user, _, group = text.partition(":")
+    try:
+        pw = pwd.getpwnam(user)
+        return pw.pw_uid, (grp.getgrnam(group).gr_gid if group else pw.pw_gid)
+    except KeyError as exc:
+        raise UserError(f"--owner {text}: no such user or group") from exc
+
+
+def _download(s3, bucket, key, dest, owner):
+    """``key`` -> ``dest`` atomically (temp file + rename), mode 0644; ``False`` when there is no such key."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dest)}.", dir=os.path.dirname(dest))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            s3.download_fileobj(bucket, key, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        _chown(tmp, owner)
+        os.rename(tmp, dest)
+        return True
+    except Exception as exc:            # noqa: BLE001 - ClientError is imported lazily
+        os.unlink(tmp)
+        if error_code(exc) in ("NoSuchKey", "404"):
+            return False
+        raise
+
+
+def _has_content(path):
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def restore(efs, url, checkpoint_dir=None, force=False, owner=None, client=None):
+    """Put the job at ``url`` onto the volume ``efs``; returns the JSON-able result."""
+    bucket, prefix = parse_url(url)
+    url = f"s3://{bucket}/{prefix}"
+    if not os.path.isdir(efs):          # creating it would write the job onto the root disk
+        raise UserError(f"{efs} is not a directory: mount the shared volume first")
+    s3 = client or make_client()
+    try:
+        latest = read_latest(s3, bucket, prefix)
+    except Exception as exc:            # noqa: BLE001
+        if error_code(exc) == "NoSuchBucket":
+            raise UserError(explain(exc, url)) from exc
+        raise
+    if latest is None:
+        raise UserError(f"no checkpoint under {url}: LATEST.json not found — check resume_from "
+                        f"(bucket/cluster/job) and that the old master's sync ran")
+    match = _LATEST_CKPT.fullmatch(str(latest.get("checkpoint")))
+    if not match or int(match.group(1)[len(CKPT_PREFIX):]) != latest.get("step"):
+        raise RuntimeError(f"malformed {url}LATEST.json: {json.dumps(latest)}")
+    step, files = int(latest["step"]), JobFiles(efs, checkpoint_dir)
+    store = CheckpointStore(files.checkpoints)
+    local = store.latest()
+    local_step = int(os.path.basename(local[0])[len(CKPT_PREFIX):]) if local else None
+    have_ckpt = local_step is not None and local_step >= step
+    if _has_content(files.log) and not have_ckpt and not force:
+        held = "no checkpoint" if local is None else f"an older checkpoint (step {local_step})"
+        raise UserError(f"{files.log} has content but {files.checkpoints} holds {held}: restoring "
+                        f"step {step} from {url} would mix two jobs; clear the volume or pass --force")
+    changed = False
+    if not os.path.isdir(files.checkpoints):
+        os.makedirs(files.checkpoints, mode=0o755)
+        os.chmod(files.checkpoints, 0o755)     # whatever the umask of a root caller
+        _chown(files.checkpoints, owner)
+    if not have_ckpt:
+        final, changed = _download_checkpoint(s3, bucket, prefix + latest["checkpoint"], store, step, owner), True
+    else:
+        final = local[0]
+    for key, path in (("host_worker_log", files.log), ("events.jsonl", files.events)):
+        if (force and not have_ckpt) or not _has_content(path):   # SEQ and the event history continue
+            changed = _download(s3, bucket, prefix + key, path, owner) or changed
+    return {"changed": changed, "step": step if not have_ckpt else local_step, "checkpoint": final, "url": url}
+
+
+def _download_checkpoint(s3, bucket, base, store, step, owner):
+    """Download into a hidden temp dir and rename it into place (CheckpointStore.write's convention)."""
+    leaves = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
+        leaves += [o["Key"][len(base):] for o in page.get("Contents", [])]
+    if "meta.json" not in leaves:
+        raise RuntimeError(f"s3://{bucket}/{base} has no meta.json: not a complete checkpoint, refusing it")
+    if any("/" in leaf or leaf in ("", ".", "..") for leaf in leaves):
+        raise RuntimeError(f"s3://{bucket}/{base} holds nested or odd keys: not a checkpoint of this runtime")
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{CKPT_PREFIX}{step:010d}-", dir=store.directory)
+    try:
+        for leaf in sorted(leaves, key=lambda n: n == "meta.json"):    # meta.json last
+            if not _download(s3, bucket, base + leaf, os.path.join(tmp, leaf), owner):
+                raise RuntimeError(f"s3://{bucket}/{base}{leaf} vanished while restoring (pruned?): run it again")
+        with open(os.path.join(tmp, "meta.json")) as handle:
+            if json.load(handle).get("step", step) != step:
+                raise RuntimeError(f"s3://{bucket}/{base}meta.json is not of step {step}, as LATEST.json says")
+        fsync_directory(tmp)
+        os.chmod(tmp, 0o755)
+        _chown(tmp, owner)
+        os.rename(tmp, store.path_for(step))
+        fsync_directory(store.directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return store.path_for(step)
+
+
+# ---------------------------------------------------------------------- command lines
+def _common(prog, doc):
+    ap = argparse.ArgumentParser(prog=prog, description=doc)
+    ap.add_argument("--efs", default=os.environ.get("EFS_MOUNT"), required="EFS_MOUNT" not in os.environ,
+                    help="the job's shared volume [$EFS_MOUNT]")
+    ap.add_argument("--url", required=True, help="s3://<bucket>/<cluster>/<job>/")
+    ap.add_argument("--checkpoint-dir", default=None, help="[<efs>/checkpoints]")
+    return ap
+
+
+def sync_main(argv=None):
+    ap = _common("dt-checkpoint-sync", "Copy the job's committed checkpoints and files to S3.")
+    ap.add_argument("--interval", type=float, default=5.0, help="seconds between passes [%(default)s]")
+    ap.add_argument("--keep", type=int, default=2, help="checkpoints kept in S3 [%(default)s]")
+    ap.add_argument("--once", action="store_true", help="one pass; exit 1 if it failed")
+    ap.add_argument("--stop-grace", type=float, default=20.0,
+                    help="seconds for the last pass after SIGTERM [%(default)s]")
+    args = ap.parse_args(argv)
+    try:
+        if not os.path.isdir(args.efs):       # not mounted yet: never write the job onto the root disk
+            raise UserError(f"{args.efs} is not a directory: mount the shared volume first")
+        sync = Sync(args.efs, args.url, keep=args.keep, checkpoint_dir=args.checkpoint_dir)
+    except UserError as exc:
+        print(f"dt-checkpoint-sync: {exc}", file=sys.stderr)
+        return 2
+    return sync.run(interval=max(0.1, args.interval), once=args.once, grace=args.stop_grace)
+
+
+def restore_main(argv=None):
+    ap = _common("dt-checkpoint-restore", "Restore a job's latest checkpoint and log from S3 onto a fresh volume.")
+    ap.add_argument("--force", action="store_true", help="restore over a volume that holds another job's log")
+    ap.add_argument("--owner", default=None, help="user[:group] to own what is written (when run as root)")
+    args = ap.parse_args(argv)
+    try:
+        owner = parse_owner(args.owner) if args.owner else None
+        result = restore(args.efs, args.url, args.checkpoint_dir, force=args.force, owner=owner)
+    except UserError as exc:
+        print(f"dt-checkpoint-restore: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:            # noqa: BLE001 - one line, not a traceback, for the playbook
+        print(f"dt-checkpoint-restore: {explain(exc, args.url) if error_code(exc) else exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"sync": sync_main, "restore": restore_main}
+    if not argv or argv[0] not in commands:
+        print("usage: python -m dynatrain_runtime.s3sync {sync|restore} ...", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
