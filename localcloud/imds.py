@@ -272,9 +272,11 @@ class ImdsRegistry:
     def ensure(self, meta):
         srv = self.servers.get(meta.instance_id)
         if srv and srv.meta.private_ip == meta.private_ip:
-            # Keep tokens and interruption; refresh what may change (tags).
+            # Keep tokens and interruption; refresh what may change (tags, and the instance
+            # profile: AssociateIamInstanceProfile, or a launch seen before its association).
             srv.meta.tags = meta.tags
             srv.meta.public_key = meta.public_key
+            srv.meta.iam_role = meta.iam_role
             return srv
         if srv:
             self.stop(meta.instance_id)

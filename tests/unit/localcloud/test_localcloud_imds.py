@@ -149,3 +149,19 @@ def test_server_over_http_and_interrupt_reaches_running_server():
     finally:
         reg.stop_all()
     assert isinstance(srv, ImdsServer) and not reg.servers
+
+
+def test_instance_profile_associated_after_the_server_started_is_served():
+    # The reconciler may see an instance before its instance profile is associated (the
+    # template's profile is attached right after the launch): the running server picks it up.
+    reg = ImdsRegistry(port=0)
+    srv = reg.ensure(InstanceMetadata("i-late", "127.0.0.1"))
+    try:
+        assert "iam" not in srv.meta.tree()
+        arn = "arn:aws:iam::123456789012:instance-profile/dynatrain-c-master"
+        same = reg.ensure(InstanceMetadata("i-late", "127.0.0.1", iam_role=arn))
+        assert same is srv
+        creds = srv.meta.tree()["iam"]["security-credentials"]
+        assert list(creds) == ["dynatrain-c-master"]
+    finally:
+        reg.stop_all()
