@@ -63,7 +63,8 @@ def _read_body(environ):
 
 @lru_cache(maxsize=None)
 def _rest_routes(service):
-    """[(method, path regex, required query keys, literal length, operation)] from botocore's model."""
+    """[(method, path regex, required query keys, required headers, operation)] from botocore's model,
+    the most specific first."""
     import botocore.session
 
     try:
@@ -72,25 +73,71 @@ def _rest_routes(service):
         return []
     routes = []
     for name in model.operation_names:
-        http = model.operation_model(name).http
-        uri = http.get("requestUri", "/")
+        op = model.operation_model(name)
+        uri = op.http.get("requestUri", "/")
         path, query = (uri.split("?", 1) + [""])[:2]
         pattern = re.sub(r"\\\{[^}]+\\\+\\\}", ".+", re.escape(path))
         pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
-        keys = tuple(q.split("=", 1)[0] for q in query.split("&") if q)
-        literal = len(re.sub(r"\{[^}]+\}", "", path)) + len(keys)
-        routes.append((http.get("method", "POST"), re.compile(pattern + "/?$"), keys, literal, name))
-    # most specific first: /file-systems/{Id}/lifecycle-configuration before /file-systems/{Id}
-    routes.sort(key=lambda r: -r[3])
+        # The URI's literal query keys (S3's "?encryption"; botocore's "x-id" is never sent), and
+        # what a request of this operation always carries: its required query-string members
+        # (AbortMultipartUpload's uploadId) and headers (CopyObject's x-amz-copy-source). Same
+        # path and method, told apart by these.
+        keys = {q.split("=", 1)[0] for q in query.split("&") if q and not q.startswith("x-id=")}
+        headers = set()
+        shape = op.input_shape
+        for member in (shape.required_members if shape is not None else []):
+            where = shape.members[member].serialization
+            if where.get("location") == "querystring":
+                keys.add(where.get("name", member))
+            elif where.get("location") == "header":
+                headers.add(where.get("name", member).lower())
+        literal = len(re.sub(r"\{[^}]+\}", "", path))
+        routes.append((op.http.get("method", "POST"), re.compile(pattern + "/?$"), tuple(sorted(keys)),
+                       tuple(sorted(headers)), literal, name))
+    # most specific first: /file-systems/{Id}/lifecycle-configuration before /file-systems/{Id},
+    # CopyObject (a required header) before PutObject
+    routes.sort(key=lambda r: (-(len(r[2]) + len(r[3])), -r[4]))
     return routes
 
 
-def _rest_action(service, method, path, query):
+def _rest_action(service, method, path, query, headers=frozenset()):
     present = set(parse_qs(query, keep_blank_values=True))
-    for verb, pattern, keys, _literal, name in _rest_routes(service):
-        if verb == method and pattern.match(path) and set(keys) <= present:
+    for verb, pattern, keys, needs, _literal, name in _rest_routes(service):
+        if verb == method and pattern.match(path) and set(keys) <= present and set(needs) <= headers:
             return name
     return None
+
+
+# S3 operations whose IAM action has another name (AWS's Service Authorization Reference).
+_S3_IAM_ACTION = {
+    "HeadBucket": "ListBucket",
+    "ListObjects": "ListBucket",
+    "ListObjectsV2": "ListBucket",
+    "HeadObject": "GetObject",
+    "GetBucketEncryption": "GetEncryptionConfiguration",
+    "PutBucketEncryption": "PutEncryptionConfiguration",
+    "DeleteBucketEncryption": "PutEncryptionConfiguration",
+    "GetPublicAccessBlock": "GetBucketPublicAccessBlock",
+    "PutPublicAccessBlock": "PutBucketPublicAccessBlock",
+    "DeletePublicAccessBlock": "PutBucketPublicAccessBlock",
+    "GetBucketAccelerateConfiguration": "GetAccelerateConfiguration",
+    "GetBucketInventoryConfiguration": "GetInventoryConfiguration",
+    "GetObjectLockConfiguration": "GetBucketObjectLockConfiguration",
+    "DeleteBucketTagging": "PutBucketTagging",
+    "DeleteObjects": "DeleteObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+}
+
+
+def iam_action(service, action):
+    """The IAM action a call needs (`s3:ListBucket` for HeadBucket); None for an unknown call."""
+    if not (service and action):
+        return None
+    if service == "s3":
+        action = _S3_IAM_ACTION.get(action, action)
+    return "%s:%s" % (service, action)
 
 
 def action_of(environ):
@@ -104,7 +151,9 @@ def action_of(environ):
     if not action and environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
         action = parse_qs(_read_body(environ).decode("utf-8", "replace")).get("Action", [None])[0]
     if not action and service:
-        action = _rest_action(service, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/"), query)
+        headers = {k[5:].replace("_", "-").lower() for k in environ if k.startswith("HTTP_")}
+        action = _rest_action(service, environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/"), query,
+                              headers)
     return service, action
 
 
@@ -132,7 +181,7 @@ class RequestLog:
 
     def write(self, service, action, code, user_agent):
         record = {"t": round(time.time(), 3), "service": service, "action": action,
-                  "iam_action": "%s:%s" % (service, action) if service and action else None,
+                  "iam_action": iam_action(service, action),
                   "status": code, "user_agent": user_agent}
         line = json.dumps(record, sort_keys=True) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as f:

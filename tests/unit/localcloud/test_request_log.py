@@ -67,6 +67,25 @@ def test_rest_protocol_is_matched_against_the_service_model(server):
         "elasticfilesystem:DescribeMountTargets", "elasticfilesystem:DeleteFileSystem"]
 
 
+def test_s3_calls_get_their_iam_action(server):
+    """S3 REST calls: same path and method told apart by the literal query (x-id), and the
+    operations whose IAM action has another name (HeadBucket and ListObjectsV2 need s3:ListBucket)."""
+    endpoint, path = server
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="x", config=Config(s3={"addressing_style": "path"}))
+    s3.create_bucket(Bucket="dt-bucket-1")
+    s3.head_bucket(Bucket="dt-bucket-1")
+    s3.put_object(Bucket="dt-bucket-1", Key="k/1", Body=b"x")
+    s3.list_objects_v2(Bucket="dt-bucket-1", Prefix="k/")
+    with pytest.raises(s3.exceptions.ClientError):  # none set: still recorded with its action
+        s3.get_bucket_encryption(Bucket="dt-bucket-1")
+    s3.delete_object(Bucket="dt-bucket-1", Key="k/1")
+    s3.delete_bucket(Bucket="dt-bucket-1")
+    assert [r["iam_action"] for r in _last(path, 7)] == [
+        "s3:CreateBucket", "s3:ListBucket", "s3:PutObject", "s3:ListBucket", "s3:GetEncryptionConfiguration",
+        "s3:DeleteObject", "s3:DeleteBucket"]
+
+
 def test_json_protocol_uses_the_target_header(server):
     endpoint, path = server
     try:
