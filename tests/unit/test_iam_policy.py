@@ -200,6 +200,15 @@ UNSCOPED = {
     "MountTargetInterfaces",  # EFS makes and removes the mount target's interface
 }
 SERVICE_LINKED = {"elasticfilesystem.amazonaws.com", "spot.amazonaws.com"}
+# Issue 14: S3 and IAM take no cluster-tag conditions here; these statements are scoped by their
+# resource instead: the cluster's own role, instance profile and prefix, or the account's checkpoint bucket.
+SCOPED_BY_RESOURCE = {
+    "CheckpointBucketOfTheAccount": ["arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID"],
+    "DeleteOnlyTheClusterCheckpoints": ["arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID/CLUSTER_NAME/*"],
+    "MasterRoleOfTheCluster": ["arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"],
+    "MasterInstanceProfileOfTheCluster": ["arn:aws:iam::ACCOUNT_ID:instance-profile/dynatrain-CLUSTER_NAME-master"],
+    "PassTheMasterRoleToItsInstance": ["arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"],
+}
 
 
 def _import_request_log():
@@ -228,6 +237,9 @@ def test_controller_policy_has_no_wildcard_action_and_unique_sids(controller):
 def test_controller_mutations_are_scoped_by_the_cluster_tag(controller):
     scoping = {f"aws:ResourceTag/{CLUSTER_TAG}", f"aws:RequestTag/{CLUSTER_TAG}", "iam:AWSServiceName"}
     for statement in controller:
+        if statement["Sid"] in SCOPED_BY_RESOURCE:
+            assert _as_list(statement["Resource"]) == SCOPED_BY_RESOURCE[statement["Sid"]], statement["Sid"]
+            continue
         if not any(MUTATING.match(a) for a in _actions(statement)) or statement["Sid"] in UNSCOPED:
             continue
         assert _condition_keys(statement) & scoping, statement["Sid"]
@@ -237,8 +249,14 @@ def test_controller_mutations_are_scoped_by_the_cluster_tag(controller):
     assert all(a.split(":", 1)[1].startswith(("Describe", "Get")) for a in _actions(reads[0]))
 
 
-def test_only_iam_action_is_a_service_linked_role_for_efs_and_spot(controller):
-    iam = [s for s in controller if any(a.startswith("iam:") for a in _actions(s))]
+def test_iam_actions_are_service_linked_roles_or_the_clusters_master_role(controller):
+    master = [s for s in controller if s["Sid"] in SCOPED_BY_RESOURCE and any(a.startswith("iam:") for a in _actions(s))]
+    assert {s["Sid"] for s in master} == {"MasterRoleOfTheCluster", "MasterInstanceProfileOfTheCluster",
+                                          "PassTheMasterRoleToItsInstance"}
+    (passing,) = [s for s in master if "iam:PassRole" in _actions(s)]
+    assert _actions(passing) == ["iam:PassRole"]
+    assert passing["Condition"]["StringEquals"]["iam:PassedToService"] == "ec2.amazonaws.com"
+    iam = [s for s in controller if any(a.startswith("iam:") for a in _actions(s)) and s not in master]
     assert {s["Condition"]["StringEquals"]["iam:AWSServiceName"] for s in iam} == SERVICE_LINKED
     for statement in iam:
         assert _actions(statement) == ["iam:CreateServiceLinkedRole"]
