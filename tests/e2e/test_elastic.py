@@ -316,8 +316,11 @@ def test_elastic_membership_end_to_end(cloud):
         assert not any(profiles.values()), profiles
         assert not job.final(), "the job finished before the last membership change"
         step_now = job.status().get("step", 0)
-        saved = job.wait_for("a checkpoint after step %d in S3" % step_now,
-                             lambda: (_s3_latest(s3, bucket, prefix) or {}).get("step", -1) > step_now, 300)
+        def _saved_after_now():
+            latest = _s3_latest(s3, bucket, prefix) or {}
+            return latest if latest.get("step", -1) > step_now else None
+
+        saved = job.wait_for("a checkpoint after step %d in S3" % step_now, _saved_after_now, 300)
         in_s3 = _s3_keys(s3, bucket, prefix + saved["checkpoint"])
         assert prefix + saved["checkpoint"] + "meta.json" in in_s3 and len(in_s3) >= 2, in_s3
         old_log = _log(job)
