@@ -348,10 +348,13 @@ def cmd_quota(args):
     """Set an EC2 vCPU quota (Service Quotas' GetServiceQuota answers it): localcloud/quotas.py."""
     if not _daemon_pid():
         return _err("not running: `python -m localcloud up` first")
-    code, body = _control("/quota", {"service": args.service, "code": args.code, "value": args.value})
+    body = {"service": args.service, "code": args.code, "value": args.value, "region": args.region}
+    code, body = _control("/quota", body)
     if code != 200:
         return _err(body.get("error", "quota failed (%d)" % code))
-    print("localcloud: %s %s (%s) = %g vCPUs" % (body["service"], body["code"], body["name"], body["value"]))
+    print("localcloud: %s %s (%s) = %g vCPUs in %s" % (
+        body["service"], body["code"], body["name"], body["value"],
+        body.get("region") or "every region"))
     return 0
 
 
@@ -385,7 +388,10 @@ def main(argv=None):
     c = sub.add_parser("spot-capacity", help="show or cap the spot instances EC2 can give (tests of spot shortage)")
     c.add_argument("capacity", nargs="?", help="N (pending/running spot instances at most) or 'unlimited'")
     c.set_defaults(func=cmd_spot_capacity)
-    q = sub.add_parser("quota", help="set an EC2 vCPU quota, e.g. `quota ec2 L-1216C47A 32` (preflight tests)")
+    q = sub.add_parser("quota", help="set an EC2 vCPU quota, e.g. `quota [--region us-west-2] ec2 L-1216C47A 32` "
+                                     "(preflight tests)")
+    q.add_argument("--region", default=None,
+                   help="only this region's quota (AWS's quotas are per region); default: every region")
     q.add_argument("service", choices=["ec2"])
     q.add_argument("code", help="quota code, e.g. L-1216C47A (Running On-Demand Standard instances)")
     q.add_argument("value", type=float, help="vCPUs")

@@ -51,15 +51,61 @@ def moto_regions():
     return sorted(regions)
 
 
+AMI_DESCRIPTION = "Debian 12 (bookworm) node for the dynatrain local cloud: %s" % config.IMAGE
+
+
+def register_node_ami(backend):
+    """The node AMI in one region's moto EC2 backend, registered once (owner: the account); returns its id.
+
+    AWS has Debian's AMIs in every region, each with its own id: so here, so that a cluster
+    (dt_ami_name + dt_ami_owner) finds its base AMI in whatever region it is made.
+    """
+    from moto.ec2.models.amis import Ami
+    from moto.ec2.utils import random_ami_id
+
+    for ami in list(backend.amis.values()):
+        if ami.name == config.AMI_NAME and ami.owner_id == backend.account_id:
+            return ami.id
+    ami = Ami(backend, random_ami_id(), name=config.AMI_NAME, description=AMI_DESCRIPTION,
+              architecture="x86_64", virtualization_type="hvm", root_device_name="/dev/xvda",
+              root_device_type="ebs", region_name=backend.region_name + "a")
+    backend.amis[ami.id] = ami
+    return ami.id
+
+
+def node_ami_in_every_region(enabled=True):
+    """Give every region's EC2 backend the node AMI when moto makes it (lazily: a region's first
+    call), or stop doing so (enabled=False; tests). Idempotent."""
+    from moto.ec2.models.amis import AmiBackend
+
+    original = getattr(AmiBackend, "_dt_original_load_amis", None)
+    if not enabled:
+        if original is not None:
+            AmiBackend._load_amis = original
+            del AmiBackend._dt_original_load_amis
+        return
+    if original is not None:
+        return
+    original = AmiBackend._load_amis
+
+    def _load_amis(self):
+        original(self)
+        register_node_ami(self)
+
+    AmiBackend._dt_original_load_amis = original
+    AmiBackend._load_amis = _load_amis
+
+
 def ensure_ami(ec2=None):
-    """Register the node AMI once (idempotent); returns its id."""
+    """Register the node AMI once (idempotent); returns its id. (With node_ami_in_every_region,
+    as the daemon runs, each region has it already: this finds us-east-1's.)"""
     ec2 = ec2 or client("ec2")
     found = ec2.describe_images(Owners=["self"], Filters=[{"Name": "name", "Values": [config.AMI_NAME]}])["Images"]
     if found:
         return found[0]["ImageId"]
     return ec2.register_image(
         Name=config.AMI_NAME,
-        Description="Debian 12 (bookworm) node for the dynatrain local cloud: %s" % config.IMAGE,
+        Description=AMI_DESCRIPTION,
         Architecture="x86_64",
         VirtualizationType="hvm",
         EnaSupport=True,
@@ -169,6 +215,7 @@ def run():
 
     moto_compat.apply()
     quotas.apply()
+    node_ami_in_every_region()
     images.apply(home)  # CreateImage -> podman commit (localcloud/images.py)
     # A new cloud is a new account: its record of API calls starts empty.
     calls = request_log.log_path(home)

@@ -5,9 +5,14 @@ moto's Service Quotas knows only `vpc`; preflight reads the EC2 vCPU quotas
 On-Demand and Spot vCPU quotas of each instance family class with AWS's quota codes
 and names, at values a test can set: `python -m localcloud quota ec2 L-1216C47A 32`
 (the daemon's control endpoint, POST /quota), or `set_quota` in-process.
+
+Quotas are per region on AWS, and so here: `quota --region us-west-2 ec2 L-1216C47A 0` takes
+us-west-2's capacity away and leaves the other regions as they were; without --region the value
+holds in every region (a region's own value set earlier is dropped).
 """
 from __future__ import annotations
 
+import re
 import threading
 
 # AWS's codes and names (Service Quotas console, service "Amazon Elastic Compute Cloud (Amazon EC2)"):
@@ -24,19 +29,40 @@ EC2_QUOTAS = {
 DEFAULT_VCPUS = 256.0
 
 _lock = threading.Lock()
-_values: dict[tuple[str, str], float] = {}
+# (service, code, region or None for every region) -> vCPUs
+_values: dict[tuple[str, str, str | None], float] = {}
+# As playbooks/preflight.yml checks a region name.
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 
 
-def set_quota(service_code, quota_code, value):
-    """Set one quota's value (vCPUs); returns it. Unknown codes are refused like AWS's NoSuchResource."""
+def set_quota(service_code, quota_code, value, region=None):
+    """Set one quota's value (vCPUs) in ``region``, or in every region when it is None; returns it.
+
+    Unknown codes are refused like AWS's NoSuchResource. Setting every region drops the
+    regions' own values, so the value then holds everywhere.
+    """
     if service_code != "ec2" or quota_code not in EC2_QUOTAS:
         raise KeyError("no quota %s/%s (known: ec2 %s)" % (service_code, quota_code, ", ".join(sorted(EC2_QUOTAS))))
+    if region is not None and not (isinstance(region, str) and _REGION.match(region)):
+        raise ValueError("not a region name: %r (e.g. us-west-2)" % (region,))
     value = float(value)
     if value < 0:
         raise ValueError("a quota is not negative: %s" % value)
     with _lock:
-        _values[(service_code, quota_code)] = value
+        if region is None:
+            for key in [k for k in _values if k[:2] == (service_code, quota_code)]:
+                del _values[key]
+        _values[(service_code, quota_code, region)] = value
     return value
+
+
+def value_in(service_code, quota_code, region):
+    """The quota's vCPUs in ``region``: its own value, else the every-region one, else the default."""
+    with _lock:
+        for key in ((service_code, quota_code, region), (service_code, quota_code, None)):
+            if key in _values:
+                return _values[key]
+    return DEFAULT_VCPUS
 
 
 def reset():
@@ -48,8 +74,7 @@ def quota(service_code, quota_code, region, account_id):
     """The quota as GetServiceQuota returns it, or None when it is not an EC2 quota we answer."""
     if service_code != "ec2" or quota_code not in EC2_QUOTAS:
         return None
-    with _lock:
-        value = _values.get((service_code, quota_code), DEFAULT_VCPUS)
+    value = value_in(service_code, quota_code, region)
     return {
         "ServiceCode": "ec2",
         "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
@@ -88,10 +113,12 @@ def apply():
 
 
 def handle_post(body):
-    """The control endpoint's POST /quota {"service": "ec2", "code": "L-...", "value": N}: (status, reply)."""
+    """The control endpoint's POST /quota {"service": "ec2", "code": "L-...", "value": N[, "region": R]}:
+    (status, reply); no region (or null): every region."""
     try:
-        value = set_quota(body.get("service", "ec2"), body["code"], body["value"])
+        region = body.get("region") or None
+        value = set_quota(body.get("service", "ec2"), body["code"], body["value"], region)
     except (KeyError, ValueError, TypeError) as e:
         return 400, {"error": str(e.args[0]) if e.args else str(e)}
     return 200, {"service": body.get("service", "ec2"), "code": body["code"], "value": value,
-                 "name": EC2_QUOTAS[body["code"]]}
+                 "name": EC2_QUOTAS[body["code"]], "region": region}
