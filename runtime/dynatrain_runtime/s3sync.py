@@ -205,7 +205,7 @@ class Sync:
         keys, complete = {}, set()
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
             for obj in page.get("Contents", []):
-                name, _, leaf = obj["Key"][len(base):].partition("/")
+                name, _sep, leaf = obj["Key"][len(base):].partition("/")
                 step = name[len(CKPT_PREFIX):]
                 if not (name.startswith(CKPT_PREFIX) and step.isdigit()):
                     continue
@@ -308,7 +308,7 @@ def parse_owner(text):
     """``user[:group]`` -> ``(uid, gid)``."""
     import grp
     import pwd
-    user, _, group = text.partition(":")
+    user, _sep, group = text.partition(":")
     try:
         pw = pwd.getpwnam(user)
         return pw.pw_uid, (grp.getgrnam(group).gr_gid if group else pw.pw_gid)

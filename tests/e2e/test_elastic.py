@@ -8,8 +8,9 @@ remove_workers (a spot worker) at the same time, kill -9 the launcher (systemd r
 master's node and re-run bootstrap (a new master resumes the job); issue 14: the master copies every
 checkpoint to S3, the whole cluster is lost at once, and a new cluster of another size in another region
 (bootstrap -e resume_from=s3://...) resumes the job with a smaller epoch count and finishes it;
-host_worker_log (SEQ carried across the move) holds exactly the expected lines in DT's layout with SEQ increasing by one, no sample is skipped or repeated within an
-epoch across the resizes, and accuracy matches a fixed-membership run."""
+host_worker_log (SEQ carried across the move) holds exactly the expected lines in DT's layout with SEQ
+increasing by one, no sample is skipped or repeated within an epoch across the resizes, and accuracy
+matches a fixed-membership run."""
 import argparse
 import json
 import os

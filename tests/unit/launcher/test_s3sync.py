@@ -158,7 +158,7 @@ def test_changed_files_reuploaded_unchanged_not(s3, tmp_path):
     calls = put_calls(s3)
     sync = s3sync.Sync(str(tmp_path), URL, client=s3)
     assert sync.run_pass()
-    assert sorted(k for k, _ in calls) == ["events.jsonl", "host_worker_log", "status.json"]
+    assert sorted(call[0] for call in calls) == ["events.jsonl", "host_worker_log", "status.json"]
     del calls[:]
     assert sync.run_pass()
     assert calls == []                                       # nothing changed: nothing sent
@@ -166,7 +166,7 @@ def test_changed_files_reuploaded_unchanged_not(s3, tmp_path):
         handle.write("1 ADDED 10.0.0.2 2\n2 REMO")
     write(tmp_path / "results" / "final.json", '{"acc": 0.9}')
     assert sync.run_pass()
-    assert sorted(k for k, _ in calls) == ["host_worker_log", "results/final.json"]
+    assert sorted(call[0] for call in calls) == ["host_worker_log", "results/final.json"]
     assert body(s3, "host_worker_log") == b"0 ADDED 10.0.0.1 1\n1 ADDED 10.0.0.2 2\n"   # complete lines only
     assert json.loads(body(s3, "results/final.json")) == {"acc": 0.9}
 
