@@ -86,6 +86,7 @@ class InstanceMetadata:
         account_id="123456789012",
         iam_role=None,
         lifecycle="on-demand",
+        public_ip=None,
     ):
         self.instance_id = instance_id
         self.private_ip = private_ip
@@ -100,11 +101,20 @@ class InstanceMetadata:
         self.account_id = account_id
         self.iam_role = iam_role
         self.lifecycle = lifecycle
+        self.public_ip = public_ip or None  # from the local cloud's public pool, if any
         self.interruption = None  # Interruption once `localcloud interrupt` ran
 
     @property
     def hostname(self):
         return "ip-%s.ec2.internal" % self.private_ip.replace(".", "-")
+
+    @property
+    def public_hostname(self):
+        """EC2's public DNS name (as DescribeInstances' PublicDnsName); None without a public IP."""
+        if not self.public_ip:
+            return None
+        suffix = "compute-1.amazonaws.com" if self.region == "us-east-1" else self.region + ".compute.amazonaws.com"
+        return "ec2-%s.%s" % (self.public_ip.replace(".", "-"), suffix)
 
     def tree(self):
         """The meta-data hierarchy; dict = directory, str = leaf."""
@@ -119,6 +129,9 @@ class InstanceMetadata:
             "placement": {"region": self.region, "availability-zone": self.availability_zone},
             "tags": {"instance": {k: str(v) for k, v in self.tags.items()}},
         }
+        if self.public_ip:  # EC2 lists these only for an instance with a public address
+            t["public-ipv4"] = self.public_ip
+            t["public-hostname"] = self.public_hostname
         if self.public_key:
             t["public-keys"] = {"0": {"openssh-key": self.public_key.strip()}}
         if self.iam_role:
@@ -273,10 +286,12 @@ class ImdsRegistry:
         srv = self.servers.get(meta.instance_id)
         if srv and srv.meta.private_ip == meta.private_ip:
             # Keep tokens and interruption; refresh what may change (tags, and the instance
-            # profile: AssociateIamInstanceProfile, or a launch seen before its association).
+            # profile: AssociateIamInstanceProfile, or a launch seen before its association;
+            # the public address).
             srv.meta.tags = meta.tags
             srv.meta.public_key = meta.public_key
             srv.meta.iam_role = meta.iam_role
+            srv.meta.public_ip = meta.public_ip
             return srv
         if srv:
             self.stop(meta.instance_id)

@@ -22,11 +22,22 @@ against them); moto returns a fixed sample. Here it is the node's console: the
 journal of its boot, where localcloud-init prints the fingerprints as cloud-init
 does. A node with no container (yet) gets moto's sample, which lists none.
 
+EC2 gives an instance a public address when its subnet maps public IPs or its
+launch template's interface says AssociatePublicIpAddress; moto draws it from
+54.214.x.y, which nobody here can reach. Here it comes from the loopback
+"public pool" 127.254.0.0/16 (PUBLIC_POOL): random like EC2's, never .0/.255,
+never one a live interface of this cloud holds (moto drops it on stop and
+terminate, as EC2 does) nor one where something on this machine already
+answers on port 22 (a node of another local cloud beside this one).
+
 `apply()` must run before the moto server handles its first request.
 """
 
+import ipaddress
 import json
 import os
+import random
+import socket
 import threading
 
 _APPLIED = False
@@ -61,6 +72,53 @@ def spot_capacity():
 def spot_capacity_from_env(environ=None):
     """The cap DT_LOCALCLOUD_SPOT_CAPACITY asks for at start (unset: unlimited)."""
     return parse_spot_capacity((os.environ if environ is None else environ).get(SPOT_CAPACITY_ENV))
+
+
+PUBLIC_POOL = ipaddress.ip_network("127.254.0.0/16")
+_public_lock = threading.Lock()
+
+
+def _public_ips_in_use():
+    from moto.ec2.models import ec2_backends
+
+    return {
+        eni.public_ip
+        for account in list(dict.values(ec2_backends))
+        for backend in list(dict.values(account))
+        for eni in list(backend.enis.values())
+        if eni.public_ip
+    }
+
+
+def _answers_ssh(ip):
+    try:
+        with socket.create_connection((ip, 22), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def free_public_ip(in_use=(), rng=random):
+    """A random address of PUBLIC_POOL not in `in_use`, never .0/.255, nobody's sshd on it."""
+    base = int(PUBLIC_POOL.network_address)
+    for _ in range(1000):
+        ip = str(ipaddress.ip_address(base + rng.randrange(PUBLIC_POOL.num_addresses)))
+        if ip.rsplit(".", 1)[1] not in ("0", "255") and ip not in in_use and not _answers_ssh(ip):
+            return ip
+    raise RuntimeError("no free address in the local cloud's public pool %s" % PUBLIC_POOL)
+
+
+def _patch_public_ips():
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface
+
+    def check_auto_public_ip(self):
+        # moto's own test, but the address from the loopback pool; chosen and set
+        # under one lock so that two launches at once never get the same one.
+        if self.public_ip_auto_assign and str(self.public_ip_auto_assign).lower() == "true":
+            with _public_lock:
+                self.public_ip = free_public_ip(_public_ips_in_use())
+
+    NetworkInterface.check_auto_public_ip = check_auto_public_ip
 
 
 def _describe_tags(self):
@@ -260,6 +318,7 @@ def apply():
     _patch_launch_template_tags()
     _patch_spot_market()
     _patch_console_output()
+    _patch_public_ips()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

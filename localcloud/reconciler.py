@@ -35,9 +35,10 @@ MAX_CREATE_ATTEMPTS = 3
 
 Instance = namedtuple(
     "Instance",
-    "id state private_ip region vpc_id key_name public_key instance_type az ami_id tags launch_time iam_role lifecycle",
+    "id state private_ip region vpc_id key_name public_key instance_type az ami_id tags launch_time iam_role lifecycle"
+    " public_ip",
 )
-Instance.__new__.__defaults__ = (None,) * 13  # only id is required (tests build partial ones)
+Instance.__new__.__defaults__ = (None,) * 14  # only id is required (tests build partial ones)
 
 Action = namedtuple("Action", "kind instance_id reason")
 # kind: create | remove | lost | adopt | skip | mount
@@ -179,6 +180,9 @@ class Reconciler:
                                 launch_time=str(i.get("LaunchTime", "")),
                                 iam_role=(i.get("IamInstanceProfile") or {}).get("Arn"),
                                 lifecycle=i.get("InstanceLifecycle") or "on-demand",
+                                # From the loopback public pool (moto_compat), when the
+                                # subnet/template gives one; None otherwise, as on EC2.
+                                public_ip=i.get("PublicIpAddress") or None,
                             )
                         )
             efs = self.clients("efs", region)
@@ -256,8 +260,9 @@ class Reconciler:
             # Read by localcloud-init.service (systemd gives services a clean environment).
             with open(os.path.join(idir, "instance.env"), "w") as f:
                 f.write(
-                    "LOCALCLOUD_PRIVATE_IP=%s\nLOCALCLOUD_INSTANCE_ID=%s\nLOCALCLOUD_HOSTNAME=%s\n"
-                    % (inst.private_ip, inst.id, short_hostname(inst.private_ip))
+                    "LOCALCLOUD_PRIVATE_IP=%s\nLOCALCLOUD_PUBLIC_IP=%s\nLOCALCLOUD_INSTANCE_ID=%s\n"
+                    "LOCALCLOUD_HOSTNAME=%s\n"
+                    % (inst.private_ip, inst.public_ip or "", inst.id, short_hostname(inst.private_ip))
                 )
             os.makedirs(config.efs_dir(), exist_ok=True)
             args = [
@@ -271,6 +276,8 @@ class Reconciler:
                 "%s=%s" % (config.HOME_LABEL, self.home),
                 "--label",
                 "dynatrain.localcloud.private-ip=%s" % inst.private_ip,
+                "--label",
+                "dynatrain.localcloud.public-ip=%s" % (inst.public_ip or ""),
                 "--network",
                 "host",
                 "--privileged",
@@ -298,10 +305,14 @@ class Reconciler:
                 log.info(
                     "%s: node up, sshd on %s:22 after %.1f s (efs: %s)",
                     inst.id,
-                    inst.private_ip,
+                    ", ".join(filter(None, (inst.private_ip, inst.public_ip))),
                     time.monotonic() - start,
                     ",".join(fs_ids) or "-",
                 )
+                # sshd binds both addresses at once; say so if the public one failed
+                # (e.g. taken by a node of another local cloud).
+                if inst.public_ip and not wait_ssh(inst.public_ip, timeout=5):
+                    log.warning("%s: sshd silent on its public address %s:22", inst.id, inst.public_ip)
             else:
                 log.warning(
                     "%s: container started but sshd on %s:22 silent after %d s", inst.id, inst.private_ip, SSH_WAIT_S
@@ -361,6 +372,7 @@ class Reconciler:
                 launch_time=i.launch_time,
                 iam_role=i.iam_role,
                 lifecycle=i.lifecycle,
+                public_ip=i.public_ip,
             )
             try:
                 self.imds.ensure(meta)
@@ -403,6 +415,7 @@ class Reconciler:
                         "region": i.region,
                         "state": i.state,
                         "private_ip": i.private_ip,
+                        "public_ip": i.public_ip,
                         "vpc_id": i.vpc_id,
                         "container": last["containers"].get(i.id),
                         "lost": self.lost.get(i.id),

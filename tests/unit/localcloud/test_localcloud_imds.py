@@ -165,3 +165,35 @@ def test_instance_profile_associated_after_the_server_started_is_served():
         assert list(creds) == ["dynatrain-c-master"]
     finally:
         reg.stop_all()
+
+
+def test_public_ipv4_only_with_a_public_address(meta):
+    # As on EC2: no public-ipv4/public-hostname for an instance without a public IP.
+    tokens = TokenStore()
+    tok = token(meta, tokens)
+    listing = get(meta, tokens, "/latest/meta-data/", tok)[2].split("\n")
+    assert "public-ipv4" not in listing and "public-hostname" not in listing
+    assert get(meta, tokens, "/latest/meta-data/public-ipv4", tok)[0] == 404
+    assert get(meta, tokens, "/latest/meta-data/public-hostname", tok)[0] == 404
+
+    pub = InstanceMetadata("i-pub", "127.77.1.10", region="us-east-1", public_ip="127.254.3.4")
+    tokens = TokenStore()
+    tok = token(pub, tokens)
+    listing = get(pub, tokens, "/latest/meta-data/", tok)[2].split("\n")
+    assert "public-ipv4" in listing and "public-hostname" in listing
+    assert get(pub, tokens, "/latest/meta-data/public-ipv4", tok) == (200, "text/plain", "127.254.3.4")
+    assert get(pub, tokens, "/latest/meta-data/local-ipv4", tok)[2] == "127.77.1.10"
+    assert get(pub, tokens, "/latest/meta-data/public-hostname", tok)[2] == "ec2-127-254-3-4.compute-1.amazonaws.com"
+    other = InstanceMetadata("i-pub2", "127.77.1.11", region="eu-west-1", public_ip="127.254.3.5")
+    assert other.public_hostname == "ec2-127-254-3-5.eu-west-1.compute.amazonaws.com"
+
+
+def test_public_address_change_reaches_the_running_server():
+    reg = ImdsRegistry(port=0)
+    srv = reg.ensure(InstanceMetadata("i-p", "127.0.0.1"))
+    try:
+        assert "public-ipv4" not in srv.meta.tree()
+        assert reg.ensure(InstanceMetadata("i-p", "127.0.0.1", public_ip="127.254.0.9")) is srv
+        assert srv.meta.tree()["public-ipv4"] == "127.254.0.9"
+    finally:
+        reg.stop_all()

@@ -106,3 +106,28 @@ def test_deleted_file_system_directory_removed(tmp_path, monkeypatch):
     assert sorted(os.listdir(config.efs_dir())) == ["fs-1", "fs-2"]
     r._sync_efs_dirs({"fs-2": set()})
     assert os.listdir(config.efs_dir()) == ["fs-2"]
+
+
+@pytest.mark.parametrize("public_ip", ["127.254.3.4", None])
+def test_create_hands_the_node_its_public_address(tmp_path, monkeypatch, public_ip):
+    """instance.env (read by localcloud-init) and a podman label carry the public IP, empty when none."""
+    from localcloud import reconciler
+
+    monkeypatch.setenv("DT_LOCALCLOUD_HOME", str(tmp_path))
+    runs, waited = [], []
+    monkeypatch.setattr(reconciler.podman, "run", lambda args, timeout=None: runs.append(args))
+    monkeypatch.setattr(reconciler.images, "image_for", lambda ami: "localhost/dynatrain-node:bookworm")
+    monkeypatch.setattr(reconciler, "wait_ssh", lambda ip, timeout=None: waited.append(ip) or True)
+    r = Reconciler(None, None, str(tmp_path))
+    node = Instance(id="i-p", state="running", private_ip="127.77.1.10", region="us-east-1", vpc_id="vpc-1",
+                    public_key="ssh-ed25519 AAAA k", public_ip=public_ip)
+    r._create(node, [])
+    with open(os.path.join(config.instance_dir("i-p"), "instance.env")) as f:
+        env = dict(line.split("=", 1) for line in f.read().splitlines())
+    assert env["LOCALCLOUD_PRIVATE_IP"] == "127.77.1.10"
+    assert env["LOCALCLOUD_PUBLIC_IP"] == (public_ip or "")
+    (args,) = runs
+    assert "dynatrain.localcloud.private-ip=127.77.1.10" in args
+    assert "dynatrain.localcloud.public-ip=%s" % (public_ip or "") in args
+    assert waited == ["127.77.1.10"] + ([public_ip] if public_ip else [])
+    assert r.created == {"i-p"}

@@ -69,8 +69,50 @@ def test_localcloud_config_endpoint_url(tmp_path, server):
     (name,) = listing["dt_master"]["hosts"]
     hostvars = listing["_meta"]["hostvars"][name]
     assert hostvars["dt_instance_id"] == master
-    assert hostvars["ansible_host"] == hostvars["dt_private_ip"] == name
+    assert hostvars["dt_private_ip"] == name
     assert len(listing["dt_workers"]["hosts"]) == 3 and len(listing["dt_base"]["hosts"]) == 2
+
+
+def _ansible_hosts(inventory, *extra, env=None):
+    """{host: ansible_host} as a play sees them (group_vars templated), implicit localhost included."""
+    proc = ansible("ansible", "-i", inventory, "all,localhost", "-m", "ansible.builtin.debug", "-a", "var=ansible_host",
+                   *extra, env=dict(env or {}, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+                                    ANSIBLE_LOAD_CALLBACK_PLUGINS="1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
+    return {name: result["ansible_host"] for name, result in hosts.items()}
+
+
+def _shipped_inventory(tmp_path, server, which):
+    """inventories/local or inventories/aws (group_vars and all) against this test's moto."""
+    if which == "local":
+        return localcloud_inventory(tmp_path, server), {}
+    target = tmp_path / "aws"
+    shutil.copytree(os.path.join(ROOT, "inventories", "aws"), target)
+    return str(target), {"AWS_ENDPOINT_URL": server, "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+
+
+@pytest.mark.parametrize("which", ["local", "aws"])
+def test_shipped_inventories_choose_the_address_by_dt_connect_private(tmp_path, server, which):
+    """Both inventories alike: dt_connect_private (default: not dt_create_internet_gateway) picks
+    the private or the public address; the implicit localhost of the provisioning plays (which
+    group_vars/all reaches too) keeps its own name instead of failing on dt_private_ip."""
+    ec2 = ec2_client("us-east-1", endpoint_url=server)
+    ids = launch(ec2, 2, cluster="demo", role="worker")
+    nodes = {i["PrivateIpAddress"]: i.get("PublicIpAddress")
+             for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]}
+    assert all(nodes.values()), nodes  # moto's default subnets map public IPs
+    inventory, env = _shipped_inventory(tmp_path, server, which)
+    private = dict({ip: ip for ip in nodes}, localhost="localhost")
+    public = dict(nodes, localhost="localhost")
+    # local: no internet gateway by default; aws: a gateway, dt_connect_private: false
+    assert _ansible_hosts(inventory, env=env) == (private if which == "local" else public)
+    assert _ansible_hosts(inventory, "-e", "dt_create_internet_gateway=true", "-e", "dt_connect_private=false",
+                          env=env) == public
+    assert _ansible_hosts(inventory, "-e", "dt_create_internet_gateway=true", "-e", "dt_connect_private=true",
+                          env=env) == private
+    if which == "local":
+        assert _ansible_hosts(inventory, "-e", "dt_create_internet_gateway=true", env=env) == public
 
 
 def test_aws_endpoint_url_env(tmp_path, server):
