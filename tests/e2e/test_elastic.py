@@ -45,14 +45,16 @@ def _train(epochs):
 TRAIN = _train(EPOCH_BUDGET)
 SLOW = ["--step-sleep", "0.25"]  # stands in for a heavier model, so resizes land mid-run
 # issue 14: the job moves to this cluster (another region and network) and resumes from S3
+# issue 12, blocker 1: with an internet gateway (AWS's default) every node has a public address
+# besides its private one; Ansible connects to the public one, the nodes to each other's private one.
 RESUMED = {"dt_cluster_name": "e2eresume", "dt_region": "us-west-2", "dt_vpc_cidr": "127.80.0.0/16",
-           "dt_subnet_cidr": "127.80.1.0/24"}
+           "dt_subnet_cidr": "127.80.1.0/24", "dt_create_internet_gateway": True}
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (127\.(?:79|80)\.1\.\d+) (\d{19})$")
 
 
-def _boto(env, service):
+def _boto(env, service, region="us-east-1"):
     import boto3
-    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name=region,
                         aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
 
 
@@ -346,6 +348,18 @@ def test_elastic_membership_end_to_end(cloud):
         efs = job.efs_dir()
         new_nodes = job.hosts()
         assert len(new_nodes) == 3 and not set(new_nodes) & set(running), new_nodes
+        public = {i["PrivateIpAddress"]: i.get("PublicIpAddress") for r in _boto(env, "ec2", RESUMED["dt_region"])
+                  .describe_instances(Filters=[{"Name": "tag:dynatrain:cluster", "Values": [RESUMED["dt_cluster_name"]]},
+                                               {"Name": "instance-state-name", "Values": ["running"]}])["Reservations"]
+                  for i in r["Instances"]}
+        assert set(public) == set(new_nodes) and all(public.values()), public
+        assert not set(public.values()) & set(public), public
+        # each host key pinned under both names: Ansible came in over the public addresses, the
+        # launcher reached the workers over the private ones (StrictHostKeyChecking=yes both ways)
+        pinned = open(os.path.join(env["DT_STATE_DIR"], RESUMED["dt_cluster_name"], "known_hosts")).read()
+        for private, address in public.items():
+            assert re.search(r"^%s,%s " % (re.escape(private), re.escape(address)), pinned, re.M) or re.search(
+                r"^%s,%s " % (re.escape(address), re.escape(private)), pinned, re.M), (private, address, pinned)
         final = job.wait_for("the resumed job to finish", job.final, 900)
         assert final["epochs"] == epochs, final
         resumed = [e for e in job.events() if e.get("event") == "generation_start"
