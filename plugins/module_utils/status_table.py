@@ -93,6 +93,19 @@ def job_line(job: dict | None) -> str:
     return "  ".join(parts)
 
 
+def s3_line(job: dict | None) -> str | None:
+    """'checkpoints in S3: URL  step S copied Ns ago' (and the last pass's error), or None without a copy."""
+    copy = (job or {}).get("s3_copy")
+    if not copy:
+        return None
+    parts = [f"checkpoints in S3: {_text(copy.get('url'))}",
+             f"step {_text(copy.get('last_step'))} copied {ago(job.get('s3_copy_age_s'))}"
+             if _is_number(job.get("s3_copy_age_s")) else "nothing copied yet"]
+    if copy.get("error"):
+        parts.append(f"last pass failed: {copy['error']}")
+    return "  ".join(parts)
+
+
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -104,10 +117,13 @@ def format_table(rows: list[tuple], header: tuple = COLUMNS) -> list[str]:
 
 
 def status_lines(nodes: list, job: dict | None) -> list[str]:
-    """The table of nodes, then the job line, then any problem reading the shared volume."""
+    """The table of nodes, then the job line (and its copy in S3), then any problem reading the shared volume."""
     nodes = [node for node in (nodes or []) if node]
     lines = format_table(node_rows(nodes, job)) if nodes else ["no node of this cluster is in the inventory"]
     lines.append(job_line(job))
+    copy = s3_line(job)
+    if copy:
+        lines.append(copy)
     for key, what in (("host_worker_error", "host_worker"), ("log_error", "host_worker_log")):
         if job and job.get(key):
             lines.append(f"{what}: {job[key]}")

@@ -173,6 +173,18 @@ checkpoint_age_s:
   returned: always
   type: float
   sample: 12.5
+s3_copy:
+  description:
+    - The state of the master's checkpoint copy to S3 (C(control/s3sync.json), written by
+      C(dt-checkpoint-sync) after each pass), or null when it has not run.
+  returned: always
+  type: dict
+  sample: {"url": "s3://dynatrain-checkpoints-123456789012/dtdemo/job/", "last_step": 120, "last_ok_time": 1714560000.5, "error": null}
+s3_copy_age_s:
+  description: Seconds since the checkpoint sync last copied successfully (this host's clock), or null.
+  returned: always
+  type: float
+  sample: 3.2
 status:
   description: The content of C(status.json); empty when the file does not exist (no job has started).
   returned: always
@@ -207,6 +219,7 @@ finished:
   sample: false
 """
 
+import json
 import os
 import time
 
@@ -273,6 +286,16 @@ def read_job_status(path: str) -> tuple[dict, str | None]:
         return {}, str(exc)
 
 
+def read_s3_copy(path: str) -> dict | None:
+    """control/s3sync.json (the checkpoint sync's last pass), or None while it has not run."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def run(params: dict, now: float | None = None) -> dict:
     """The module's logic without AnsibleModule: a read-only result."""
     root = params["path"]
@@ -287,6 +310,7 @@ def run(params: dict, now: float | None = None) -> dict:
     status, status_error = read_job_status(status_path(root))
     events, events_bad = read_events(events_path(root)) if params.get("events") else ([], [])
     checkpoint = latest_checkpoint(status, root)
+    s3_copy = read_s3_copy(os.path.join(root, "control", "s3sync.json"))
     result = {
         "changed": False,
         "hosts": hosts,
@@ -300,6 +324,9 @@ def run(params: dict, now: float | None = None) -> dict:
         "events_bad_lines": events_bad,
         "last_checkpoint": checkpoint,
         "checkpoint_age_s": checkpoint_age(checkpoint, now),
+        "s3_copy": s3_copy,
+        "s3_copy_age_s": (now - s3_copy["last_ok_time"]) if isinstance((s3_copy or {}).get("last_ok_time"), (int, float))
+        else None,
         "status": status,
         "status_error": status_error,
     }

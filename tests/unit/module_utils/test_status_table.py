@@ -102,3 +102,12 @@ def test_filter_takes_only_the_shown_vars_and_treats_skipped_as_no_job():
     assert lines[1].split()[:2] == [MASTER, "master"]
     assert lines[-1] == "job: unknown (the inventory has no master to ask)"
     assert FilterModule().filters()["status_table"] is status_table
+
+
+def test_s3_copy_line_after_the_job_line():
+    copy = {"url": "s3://b/c/job/", "last_step": 120, "error": None}
+    lines = st.status_lines(NODES, job(s3_copy=copy, s3_copy_age_s=4.2))
+    assert lines[-2].startswith("job: running") and lines[-1] == "checkpoints in S3: s3://b/c/job/  step 120 copied 4s ago"
+    failing = st.status_lines(NODES, job(s3_copy=dict(copy, error="NoSuchBucket: gone"), s3_copy_age_s=None))
+    assert failing[-1] == "checkpoints in S3: s3://b/c/job/  nothing copied yet  last pass failed: NoSuchBucket: gone"
+    assert not any(line.startswith("checkpoints in S3") for line in st.status_lines(NODES, job()))

@@ -248,3 +248,21 @@ def test_module_runs_under_ansible(efs, tmp_path):
     result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert result["hosts"] == ["10.0.0.2", "1.2.3.4"] and result["changed"] is False
     assert result["state"] == "running"
+
+
+# --- the checkpoint copy to S3 (control/s3sync.json) --------------------------------------
+
+def test_s3_copy_is_read_with_its_age(efs):
+    (efs / "control").mkdir()
+    (efs / "control" / "s3sync.json").write_text(json.dumps(
+        {"url": "s3://b/c/job/", "last_step": 120, "last_ok_time": NOW - 4, "error": None}))
+    out = run(params(efs))
+    assert out["s3_copy"]["last_step"] == 120 and out["s3_copy_age_s"] == pytest.approx(4)
+
+
+def test_no_s3_copy_and_a_broken_one_read_as_none(efs):
+    out = run(params(efs))
+    assert out["s3_copy"] is None and out["s3_copy_age_s"] is None
+    (efs / "control").mkdir()
+    (efs / "control" / "s3sync.json").write_text("{half")
+    assert run(params(efs))["s3_copy"] is None
