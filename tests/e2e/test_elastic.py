@@ -319,6 +319,7 @@ def test_elastic_membership_end_to_end(cloud):
         assert not any(profiles.values()), profiles
         assert not job.final(), "the job finished before the last membership change"
         step_now = job.status().get("step", 0)
+
         def _saved_after_now():
             latest = _s3_latest(s3, bucket, prefix) or {}
             return latest if latest.get("step", -1) > step_now else None
