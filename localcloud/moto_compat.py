@@ -101,7 +101,7 @@ def _answers_ssh(ip):
 def free_public_ip(in_use=(), rng=random):
     """A random address of PUBLIC_POOL not in `in_use`, never .0/.255, nobody's sshd on it."""
     base = int(PUBLIC_POOL.network_address)
-    for _ in range(1000):
+    for _attempt in range(1000):
         ip = str(ipaddress.ip_address(base + rng.randrange(PUBLIC_POOL.num_addresses)))
         if ip.rsplit(".", 1)[1] not in ("0", "255") and ip not in in_use and not _answers_ssh(ip):
             return ip
