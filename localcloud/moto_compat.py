@@ -161,9 +161,9 @@ def _patch_launch_template_network():
                     kwargs["associate_public_ip"] = str(primary["AssociatePublicIpAddress"]).lower() == "true"
             if not kwargs.get("metadata_options") and data.get("MetadataOptions"):
                 kwargs["metadata_options"] = dict(data["MetadataOptions"])
-            profile = data.get("IamInstanceProfile") or {}
-        else:
-            profile = {}
+        named = kwargs.get("iam_instance_profile_name") or kwargs.get("iam_instance_profile_arn")
+        profile = (self._get_template_from_args(template_arg).data.get("IamInstanceProfile") or {}) \
+            if template_arg and not named else {}
         reservation = original(self, image_id, count, user_data, security_group_names, **kwargs)
         if profile.get("Name") or profile.get("Arn"):
             # EC2 gives every instance the template's instance profile (moto: only a
