@@ -297,6 +297,26 @@ def _patch_console_output():
     general.General.get_console_output = get_console_output
 
 
+def _patch_bucket_tags():
+    """A deleted bucket takes its tags with it, as on AWS.
+
+    Moto keeps them under the bucket's ARN, so a new bucket of the same name came back tagged and
+    amazon.aws.s3_bucket skipped PutBucketTagging: a call AWS would see.
+    """
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.delete_bucket
+
+    def delete_bucket(self, bucket_name):
+        bucket = self.get_bucket(bucket_name)
+        deleted = original(self, bucket_name)
+        if deleted is not None:
+            self.tagger.delete_all_tags_for_resource(bucket.arn)
+        return deleted
+
+    S3Backend.delete_bucket = delete_bucket
+
+
 def apply():
     """Fill the gaps above in moto (idempotent)."""
     global _APPLIED
@@ -319,6 +339,7 @@ def apply():
     _patch_spot_market()
     _patch_console_output()
     _patch_public_ips()
+    _patch_bucket_tags()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 
