@@ -413,6 +413,13 @@ def test_elastic_membership_end_to_end(cloud):
         fixed = job.wait_for("the fixed-membership job", job.final, 600)
         assert abs(elastic_acc - fixed["val_acc"]) <= 0.01, (elastic_acc, fixed["val_acc"])
         assert elastic_acc >= 0.9
+        # a later run given another dt_job_name (here the inventory's "job") leaves the running job's
+        # prefix alone: its copy stays whole under "fixed"
+        rc, out = playbook(env, "train", dict(RESUMED))
+        prefix = "s3://%s/%s/fixed/" % (bucket, RESUMED["dt_cluster_name"])
+        assert rc == 0 and re.search(r"goes\s+on\s+copying\s+to\s+" + re.escape(prefix), out), out[-3000:]
+        assert job.wait_for("the fixed job's final.json in S3", lambda: _s3_keys(
+            s3, bucket, RESUMED["dt_cluster_name"] + "/fixed/results/final.json"), 120)
     finally:
         for cluster in (NET, RESUMED):
             rc, out = playbook(env, "teardown", dict(cluster, delete_checkpoints=True))
