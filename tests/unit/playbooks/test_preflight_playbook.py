@@ -121,6 +121,18 @@ def test_add_workers_skips_the_admin_cidr(tmp_path, cloud):
     assert rc == 0, out[-3000:]
 
 
+def test_add_workers_leaves_the_ami_and_the_zone_to_the_launch_template(tmp_path, cloud):
+    # add_workers launches from the cluster's launch template (its AMI may be the baked image, not
+    # dt_ami_name's): the base AMI and the zone are bootstrap's checks; the account is checked again.
+    extra = dict(dt_admin_cidr="", dt_preflight_admin_cidr=False, dt_preflight_launch="add", count=1,
+                 dt_ami_name="no-such-image-*")
+    rc, out = run_preflight(tmp_path, settings(cloud, **extra))
+    assert rc == 0, out[-3000:]
+    assert "Preflight passed: account 123456789012, region us-east-1 (the AMI and the zone: the launch template)" in out
+    rc, out = run_preflight(tmp_path, settings(cloud, **extra), credentials=False)
+    assert rc != 0 and "No usable AWS credentials" in out, out[-3000:]
+
+
 def test_keeps_the_zone_of_the_existing_subnet(tmp_path, cloud):
     ec2 = cloud["ec2"]
     vpc = ec2.create_vpc(CidrBlock="10.99.0.0/16")["Vpc"]["VpcId"]
