@@ -73,7 +73,7 @@ def wait_spares(efs, timeout=40.0):
 def launcher(efs, py, data, resize_at, script_args, port_base, launcher_args=()):
     cmd = [py, "-m", "dynatrain_runtime.launcher", "--efs-mount", efs, "--python", py,
            "--script", "dynatrain_runtime.examples.train_digits", "--transport", "local", "--omp-threads", "1",
-           "--resize-at", resize_at, "--port-base", str(port_base), "--poll-interval", "0.2",
+           "--resize-at", resize_at, "--port-base", str(port_base),
            "--status-interval", "0.5"] + list(launcher_args) + \
           ["--", "--data", data] + script_args
     log = open(os.path.join(efs, "launcher.out"), "wb")

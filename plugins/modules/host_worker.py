@@ -317,7 +317,7 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file
     validate_ip,
 )
 
-POLL_INTERVAL = 0.5
+POLL_INTERVAL = 0.2  # s between reads of host_worker_log while waiting for the launcher (a small file)
 TAIL_LINES = 20
 STALE_LAUNCHER_S = 60
 DEFAULT_TIMEOUT = 300

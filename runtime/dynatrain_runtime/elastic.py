@@ -51,7 +51,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import weakref
@@ -59,7 +58,7 @@ import weakref
 from . import devices
 from .checkpoint import CheckpointStore
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
-from .jobfiles import JobFiles, append_jsonl, write_json
+from .jobfiles import BackgroundAppender, JobFiles, write_json
 from .protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED, MSG_STOP_ACK, emit, receive_assignment
 from .recovery import CONFIRM_WAIT, BoundarySnapshot
 
@@ -122,6 +121,7 @@ class Elastic:
         self.host = os.environ.get("DT_WORKER_IP") or os.environ.get("DMLC_NODE_HOST") or socket.gethostname()
         if os.environ.get("DT_EVENTS"):
             self.files.events = os.environ["DT_EVENTS"]
+        self._events = None                      # rank 0's events.jsonl writer (``log_event``)
         import mxnet as mx  # noqa: E402 (lazy: the pure parts above must not need MXNet)
         self.mx = mx
         self._ctx = None                         # the devices, chosen on first use (``ctx``)
@@ -457,14 +457,12 @@ class Elastic:
              samples_per_s=round(self.samples_per_s(), 2), time=now, **extra)
 
     def log_event(self, event, **fields):
-        """Rank 0 appends a record to events.jsonl (and tells the launcher)."""
+        """Rank 0 appends a record to events.jsonl, off the training thread (``finish`` waits for it)."""
         if self.rank != 0:
             return
-        rec = dict(fields, event=event, time=time.time(), generation=self.generation, source="train")
-        try:
-            append_jsonl(self.files.events, rec)
-        except OSError as exc:
-            print(f"dynatrain_runtime: cannot append to {self.files.events}: {exc}", file=sys.stderr)
+        if self._events is None:
+            self._events = BackgroundAppender(self.files.events)
+        self._events.put(dict(fields, event=event, time=time.time(), generation=self.generation, source="train"))
 
     def write_result(self, result, path=None):
         """Rank 0 writes the final result JSON atomically (default ``$EFS_MOUNT/results/final.json``)."""
@@ -478,6 +476,8 @@ class Elastic:
 
     def finish(self):
         """Exit status for the script: 0 = training complete, EXIT_STOPPED = stopped on request."""
+        if self._events is not None:
+            self._events.flush()
         if self.stopped:
             return EXIT_STOPPED
         if self.finished:

@@ -8,8 +8,12 @@ same module the Ansible collection uses); this module adds the JSON files:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import queue
+import sys
+import threading
 import time
 
 from . import host_worker_file as hwf
@@ -53,6 +57,43 @@ def append_jsonl(path, record):
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
+
+
+class BackgroundAppender:
+    """``append_jsonl`` on a thread of its own, records in the order given.
+
+    Rank 0's events (one per epoch) are a lock, an append and an fsync on the shared volume:
+    round trips on EFS that a dist_sync job would otherwise wait for on every worker.
+    ``flush()`` (also at interpreter exit) returns once every record given so far is written.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self._queue = queue.Queue()
+        self._thread = None
+        self._start_lock = threading.Lock()
+
+    def put(self, record):
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dt-events", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+        self._queue.put(record)
+
+    def flush(self):
+        if self._thread is not None:
+            self._queue.join()
+
+    def _run(self):
+        while True:
+            record = self._queue.get()
+            try:
+                append_jsonl(self.path, record)
+            except OSError as exc:
+                print(f"dynatrain_runtime: cannot append to {self.path}: {exc}", file=sys.stderr, flush=True)
+            finally:
+                self._queue.task_done()
 
 
 def write_stop_request(files, generation, reason, at="step"):

@@ -57,7 +57,8 @@ def parse_args(argv=None):
     ap.add_argument("--spare-depth", type=int, default=1,
                     help="pre-warmed process sets per host; 2 keeps a second change soon after one fast "
                          "(frequent spot churn) at the memory of one more idle process per role [%(default)s]")
-    ap.add_argument("--poll-interval", type=float, default=0.5, help="host_worker poll period, s [%(default)s]")
+    ap.add_argument("--poll-interval", type=float, default=0.2,
+                    help="host_worker poll period, s (a read of one small file and two listings) [%(default)s]")
     ap.add_argument("--dead-timeout", type=float, default=6.0,
                     help="silence before a worker is FAILED, s (its liveness thread says 'alive' every second, "
                          "whatever the step time) [%(default)s]")

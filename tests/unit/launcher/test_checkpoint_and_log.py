@@ -156,3 +156,32 @@ def test_ssh_command_is_strict_and_has_no_secrets(tmp_path):
     assert "child" in cmd[-1] and "'A=b c'" in cmd[-1]
     assert la.transport.command("10.0.0.1", ["x"], {})[0] != "ssh"      # the master runs locally
     assert args.script_args == ["--epochs", "3"]
+
+
+def test_background_appender_keeps_the_order_and_flush_waits(tmp_path, monkeypatch):
+    path = str(tmp_path / "events.jsonl")
+    gate = threading.Event()
+    real = jobfiles.append_jsonl
+
+    def slow_append(p, record):          # the shared volume's lock + fsync, held until the test lets go
+        gate.wait(5)
+        real(p, record)
+
+    monkeypatch.setattr(jobfiles, "append_jsonl", slow_append)
+    appender = jobfiles.BackgroundAppender(path)
+    for i in range(50):
+        appender.put({"event": "epoch", "epoch": i})      # returns at once: the writer waits on the gate
+    assert not os.path.exists(path)
+    gate.set()
+    appender.flush()
+    with open(path) as handle:
+        assert [json.loads(line)["epoch"] for line in handle] == list(range(50))
+
+
+def test_background_appender_reports_a_failed_append(tmp_path, capsys):
+    appender = jobfiles.BackgroundAppender(str(tmp_path / "missing-dir" / "events.jsonl"))
+    appender.put({"event": "epoch"})
+    appender.flush()                     # an error does not hang flush
+    assert "cannot append to" in capsys.readouterr().err
+    appender.put({"event": "epoch", "epoch": 2})     # the writer thread goes on after an error
+    appender.flush()
