@@ -49,6 +49,13 @@ image: venv
 wheelhouse: venv
 	$(LC) wheelhouse
 
+# The torch engine's node wheels (dt_engine=torch: PyTorch's CPU build, 192 MB, and its pins), beside
+# the wheelhouse's: only for what asks for them (a torch cluster, tests/e2e/test_torch_engine.py),
+# so make setup's MXNet path does not grow. Idempotent (nothing is downloaded twice).
+.PHONY: wheelhouse-torch
+wheelhouse-torch: venv
+	$(LC) wheelhouse --engine torch
+
 # The node runtime wheel (runtime/build.py; rebuilt when its sources change), put in
 # the wheelhouse the nodes install from and into the controller venv (its pure parts
 # are unit-tested there).
@@ -59,12 +66,16 @@ $(STATE)/runtime.stamp: $(RUNTIME_SRC) $(VENV)/.stamp
 	$(PY) -m pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/dynatrain_runtime-*.whl
 	touch $@
 
-# A node venv on the controller (MXNet from the wheelhouse + the runtime): the launcher's
-# unit tests and the benchmarks run real MXNet jobs with it on 127.x addresses.
+# A node venv on the controller (MXNet from the wheelhouse, PyTorch's CPU build + the runtime): the
+# launcher's unit tests and the benchmarks run real MXNet and torch jobs with it on 127.x addresses.
+# torch is pinned exactly (requirements-node-torch.txt: torch==2.13.0+cpu, 192 MB; an unpinned torch is
+# the ~3 GB CUDA build), taken from the wheelhouse when it has it, else from pip's configured sources;
+# a second run installs nothing.
 node-venv: $(NODE_VENV)/.stamp
-$(NODE_VENV)/.stamp: requirements-node.txt $(STATE)/runtime.stamp
+$(NODE_VENV)/.stamp: requirements-node.txt requirements-node-torch.txt $(STATE)/runtime.stamp
 	test -x $(NODE_VENV)/bin/python || python3.11 -m venv $(NODE_VENV) || python3 -m venv $(NODE_VENV)
 	$(NODE_VENV)/bin/python -m pip install -q --no-index --find-links $(WHEELHOUSE) -r requirements-node.txt
+	$(NODE_VENV)/bin/python -m pip install -q --find-links $(WHEELHOUSE) -r requirements-node-torch.txt
 	$(NODE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/dynatrain_runtime-*.whl
 	touch $@
 

@@ -63,7 +63,7 @@ def _wanted_wheels(req_file):
     with open(req_file) as f:
         for line in f:
             line = line.split("#", 1)[0].strip()
-            m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+            m = re.match(r"^([A-Za-z0-9_.\-]+)===?([^\s;]+)", line)
             if m:
                 pins.append((re.sub(r"[-_.]+", "_", m.group(1)).lower(), m.group(2)))
     return pins
@@ -81,22 +81,40 @@ def _missing_wheels(req_file, wheel_dir, python="3.11"):
     return [(n, v) for n, v in _wanted_wheels(req_file) if not present(n, v)]
 
 
-def cmd_wheelhouse(args):
-    """Download the node wheels for CPython ``--python`` (default 3.11); ``--gpu`` adds the CUDA build's.
+# PyTorch's wheels (and their CUDA libraries) are manylinux_2_17 .. 2_28 builds: pip takes only the
+# platform tags it is given, so the torch downloads name each (Debian 12 has glibc 2.36, a DLAMI 2.35).
+TORCH_PLATFORMS = ["manylinux2014_x86_64"] + ["manylinux_2_%d_x86_64" % minor for minor in range(17, 29)]
 
-    The GPU part (requirements-node-gpu.txt: mxnet-cu117 and the nvidia-*-cu11 runtime wheels,
-    several GB) is opt-in: make setup and CI never download it. ``--python 3.10`` adds the cp310
-    wheels an Ubuntu 22.04 Deep Learning AMI needs (both fit in one wheelhouse).
+
+def _requirement_sets(args):
+    """[(requirement files, platforms, extra pip args)] the wheelhouse downloads, each in one pip call.
+
+    Always requirements-node.txt (MXNet and the pins every node shares) -- what make setup and the MXNet
+    path fetch, unchanged; --gpu adds the chosen engine's GPU part. --engine torch adds PyTorch's CPU build
+    (192 MB) and its pins in a call of its own (its platforms), and with --gpu PyPI's CUDA 13 build.
     """
-    reqs = [os.path.join(config.REPO_DIR, "requirements-node.txt")]
-    if getattr(args, "gpu", False):
-        reqs.append(os.path.join(config.REPO_DIR, "requirements-node-gpu.txt"))
-    python = getattr(args, "python", None) or "3.11"
-    dest = config.wheelhouse_dir()
+    repo = config.REPO_DIR
+    engine = getattr(args, "engine", None) or "mxnet"
+    gpu = getattr(args, "gpu", False)
+    base = [os.path.join(repo, "requirements-node.txt")]
+    if gpu and engine == "mxnet":
+        base.append(os.path.join(repo, "requirements-node-gpu.txt"))
+    sets = [(base, ["manylinux2014_x86_64"], [])]
+    if engine == "torch":
+        index = getattr(args, "torch_index_url", "") or ""
+        extra = ["--extra-index-url", index] if index else []
+        sets.append(([os.path.join(repo, "requirements-node-torch.txt")], TORCH_PLATFORMS, extra))
+        if gpu:
+            sets.append(([os.path.join(repo, "requirements-node-torch-gpu.txt")], TORCH_PLATFORMS, []))
+    return sets
+
+
+def _download(reqs, platforms, extra, python, dest):
     missing = [m for req in reqs for m in _missing_wheels(req, dest, python)]
     wanted = sum(len(_wanted_wheels(req)) for req in reqs)
+    names = ", ".join(os.path.basename(req) for req in reqs)
     if not missing:
-        print("wheelhouse: all %d pinned wheels for Python %s present in %s" % (wanted, python, dest))
+        print("wheelhouse: all %d pinned wheels of %s for Python %s present in %s" % (wanted, names, python, dest))
         return 0
     print(
         "wheelhouse: downloading %d missing for Python %s (%s) into %s"
@@ -108,21 +126,30 @@ def cmd_wheelhouse(args):
     cmd = [sys.executable, "-m", "pip", "download", "-q"]
     for req in reqs:
         cmd += ["-r", req]
-    cmd += [
-        "--only-binary=:all:",
-        "--python-version",
-        python,
-        "--platform",
-        "manylinux2014_x86_64",
-        "--implementation",
-        "cp",
-        "-d",
-        dest,
-    ]
-    rc = subprocess.call(cmd)
-    if rc == 0:
-        print("wheelhouse: %d wheels in %s" % (len([f for f in os.listdir(dest) if f.endswith(".whl")]), dest))
-    return rc
+    cmd += ["--only-binary=:all:", "--python-version", python]
+    for platform in platforms:
+        cmd += ["--platform", platform]
+    cmd += ["--implementation", "cp"] + extra + ["-d", dest]
+    return subprocess.call(cmd)
+
+
+def cmd_wheelhouse(args):
+    """Download the node wheels for CPython ``--python`` (default 3.11); ``--gpu`` adds the CUDA build's.
+
+    The GPU part (requirements-node-gpu.txt: mxnet-cu117 and the nvidia-*-cu11 runtime wheels,
+    several GB) is opt-in: make setup and CI never download it. ``--python 3.10`` adds the cp310
+    wheels an Ubuntu 22.04 Deep Learning AMI needs (both fit in one wheelhouse). ``--engine torch``
+    adds PyTorch's (requirements-node-torch.txt, and requirements-node-torch-gpu.txt with --gpu):
+    only a torch cluster (dt_engine=torch) needs them.
+    """
+    python = getattr(args, "python", None) or "3.11"
+    dest = config.wheelhouse_dir()
+    for reqs, platforms, extra in _requirement_sets(args):
+        rc = _download(reqs, platforms, extra, python, dest)
+        if rc != 0:
+            return rc
+    print("wheelhouse: %d wheels in %s" % (len([f for f in os.listdir(dest) if f.endswith(".whl")]), dest))
+    return 0
 
 
 # -- up / down -----------------------------------------------------------------
@@ -370,9 +397,15 @@ def main(argv=None):
     b = sub.add_parser("build-image", help="build %s with debootstrap (cached)" % config.IMAGE)
     b.add_argument("--force", action="store_true", help="rebuild even when the image exists")
     b.set_defaults(func=cmd_build_image)
-    w = sub.add_parser("wheelhouse", help="download node wheels (requirements-node.txt)")
+    w = sub.add_parser("wheelhouse", help="download node wheels (requirements-node.txt; --engine torch adds PyTorch's)")
     w.add_argument("--gpu", action="store_true", help="also the CUDA build's wheels (requirements-node-gpu.txt, GBs)")
     w.add_argument("--python", default="3.11", choices=("3.10", "3.11"), help="the nodes' CPython [%(default)s]")
+    w.add_argument("--engine", default="mxnet", choices=("mxnet", "torch"),
+                   help="the cluster's dt_engine: torch adds PyTorch's wheels (requirements-node-torch*.txt) "
+                        "[%(default)s]")
+    w.add_argument("--torch-index-url", default=os.environ.get("DT_TORCH_INDEX_URL", ""),
+                   help="an index with PyTorch's CPU build (https://download.pytorch.org/whl/cpu) where pip's "
+                        "configuration has none [$DT_TORCH_INDEX_URL]")
     w.set_defaults(func=cmd_wheelhouse)
     sub.add_parser("up", help="start the cloud in the background").set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the cloud, remove every node (idempotent)").set_defaults(func=cmd_down)

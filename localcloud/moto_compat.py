@@ -30,6 +30,19 @@ never one a live interface of this cloud holds (moto drops it on stop and
 terminate, as EC2 does) nor one where something on this machine already
 answers on port 22 (a node of another local cloud beside this one).
 
+S3 evaluates a bucket policy statement only when its conditions hold; moto ignores the
+conditions it does not know (`Bool`) and applies a Deny anyway, so the checkpoint bucket's
+"deny without TLS" (`aws:SecureTransport` false) refused every object call. Here a statement
+whose `aws:SecureTransport` condition does not hold is left out. The local cloud's plain-HTTP
+loopback endpoint stands for S3's HTTPS one (nothing leaves the machine), so its requests count
+as TLS; `set_secure_transport(False)` makes them plain requests, which such a policy refuses.
+
+EC2's DescribeInstanceStatus reports an instance whose machine stopped answering (a hung or dead
+OS) as `InstanceStatus: impaired` (its reachability check failed) while the instance stays
+`running`; moto always answers `ok`. Here a node the reconciler found lost (its container died:
+`podman kill`, an OOM) is `impaired` the same way (`set_impaired`), until the instance is gone;
+bootstrap replaces a silent master only with that second signal.
+
 `apply()` must run before the moto server handles its first request.
 """
 
@@ -317,6 +330,88 @@ def _patch_bucket_tags():
     S3Backend.delete_bucket = delete_bucket
 
 
+_transport = {"secure": True}
+
+
+def set_secure_transport(secure):
+    """Whether the local cloud's requests count as TLS (aws:SecureTransport) in S3 bucket policies."""
+    _transport["secure"] = bool(secure)
+
+
+def _condition_holds(condition, context):
+    """False when a condition on a key of `context` (Bool / StringEquals) does not hold; True otherwise,
+    as moto treats the conditions it does not evaluate."""
+    for operator, values in (condition or {}).items():
+        if operator not in ("Bool", "StringEquals"):
+            continue
+        for key, expected in values.items():
+            if key not in context:
+                continue
+            expected = [expected] if isinstance(expected, str) else list(expected)
+            if context[key].lower() not in [str(e).lower() for e in expected]:
+                return False
+    return True
+
+
+def _patch_bucket_policy_conditions():
+    from moto.s3.models import FakeBucket
+
+    original = FakeBucket.get_permission
+
+    def get_permission(self, action, resource):
+        if self.policy is None:
+            return original(self, action, resource)
+        document = json.loads(self.policy.decode())
+        statements = document.get("Statement", [])
+        statements = statements if isinstance(statements, list) else [statements]
+        context = {"aws:SecureTransport": "true" if _transport["secure"] else "false"}
+        kept = [st for st in statements if _condition_holds(st.get("Condition"), context)]
+        if len(kept) == len(statements):
+            return original(self, action, resource)
+        from moto.iam.access_control import IAMPolicy, PermissionResult
+
+        if not kept:
+            return PermissionResult.NEUTRAL
+        return IAMPolicy(json.dumps(dict(document, Statement=kept))).is_action_permitted(action, resource)
+
+    FakeBucket.get_permission = get_permission
+
+
+_impaired = {}  # instance id -> (reason, ISO time since when)
+_impaired_lock = threading.Lock()
+
+
+def set_impaired(instance_id, reason=None):
+    """Mark an instance's machine lost (its status checks fail) or, with reason None, answering again."""
+    from moto.core.utils import utcnow
+
+    with _impaired_lock:
+        if reason is None:
+            _impaired.pop(instance_id, None)
+        elif instance_id not in _impaired:
+            _impaired[instance_id] = (reason, utcnow().strftime("%Y-%m-%dT%H:%M:%S.000Z"))
+
+
+def impaired(instance_id):
+    """(reason, since) of a lost node's instance, or None."""
+    with _impaired_lock:
+        return _impaired.get(instance_id)
+
+
+def _patch_instance_status():
+    from moto.ec2.models.instances import Instance
+
+    original = Instance.instance_status
+
+    def instance_status(self):
+        lost = impaired(self.id)
+        if lost is None or self.state_code != 16:
+            return original.fget(self)
+        return {"Status": "impaired", "Details": [{"Name": "reachability", "Status": "failed", "ImpairedSince": lost[1]}]}
+
+    Instance.instance_status = property(instance_status)
+
+
 def apply():
     """Fill the gaps above in moto (idempotent)."""
     global _APPLIED
@@ -340,6 +435,8 @@ def apply():
     _patch_console_output()
     _patch_public_ips()
     _patch_bucket_tags()
+    _patch_instance_status()
+    _patch_bucket_policy_conditions()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

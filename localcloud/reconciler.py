@@ -24,7 +24,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import config, images, podman
+from . import config, images, moto_compat, podman
 from .imds import ImdsRegistry, InstanceMetadata
 
 log = logging.getLogger("localcloud.reconciler")
@@ -224,6 +224,8 @@ class Reconciler:
         if a.instance_id not in self.lost:
             self.lost[a.instance_id] = a.reason
             log.warning("%s: node lost (%s); instance left as is, container not re-created", a.instance_id, a.reason)
+        # EC2's status checks of a dead machine fail (DescribeInstanceStatus: impaired)
+        moto_compat.set_impaired(a.instance_id, a.reason)
 
     def _do_remove(self, a, inst, fs_vpcs):
         log.info("%s: removing container (%s)", a.instance_id, a.reason)
@@ -233,6 +235,7 @@ class Reconciler:
             self.lost.pop(a.instance_id, None)
             self.mounted.pop(a.instance_id, None)
             self.attempts.pop(a.instance_id, None)
+        moto_compat.set_impaired(a.instance_id, None)
         shutil.rmtree(config.instance_dir(a.instance_id), ignore_errors=True)
 
     def _do_create(self, a, inst, fs_vpcs):

@@ -132,6 +132,13 @@ _S3_IAM_ACTION = {
     "CreateMultipartUpload": "PutObject",
     "UploadPart": "PutObject",
     "CompleteMultipartUpload": "PutObject",
+    "ListObjectVersions": "ListBucketVersions",
+    # The lifecycle: botocore's old and new operations share one URI (the old one matches first).
+    "GetBucketLifecycle": "GetLifecycleConfiguration",
+    "GetBucketLifecycleConfiguration": "GetLifecycleConfiguration",
+    "PutBucketLifecycle": "PutLifecycleConfiguration",
+    "PutBucketLifecycleConfiguration": "PutLifecycleConfiguration",
+    "DeleteBucketLifecycle": "PutLifecycleConfiguration",
 }
 
 

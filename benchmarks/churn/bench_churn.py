@@ -17,6 +17,7 @@ each.  Prints a markdown table: goodput ratio (target >= 0.90), steps recomputed
 notice -> drained, failure -> resumed and add -> joined times (p50 / max).
 
     python benchmarks/churn/bench_churn.py [--quick] [--duration 300] [--recovery survivor|checkpoint]
+                                           [--engine mxnet|torch]
 
 Run it with a Python that has the dynatrain_runtime wheel (the controller ``.venv`` after
 ``make runtime``, or the node venv); ``--python`` (default: ``.localcloud/node-venv``)
@@ -170,10 +171,11 @@ def pct(vals, q):
 def run(args, data):
     efs = tempfile.mkdtemp(prefix="dtchurn-")
     br.write_hosts(efs, WORKERS + [MASTER])
+    engine = ["--engine", args.engine] if args.engine != "mxnet" else []     # mxnet: the launcher's default
     proc = br.launcher(efs, args.python, data, "step",
                        ["--epochs", "100000", "--step-sleep", str(args.step_sleep),
-                        "--checkpoint-every", str(args.checkpoint_every)], args.port_base,
-                       launcher_args=["--recovery", args.recovery, "--spare-depth", str(args.spare_depth)])
+                        "--checkpoint-every", str(args.checkpoint_every)] + engine, args.port_base,
+                       launcher_args=["--recovery", args.recovery, "--spare-depth", str(args.spare_depth)] + engine)
     status = StatusLog(efs)
     job = Job(efs, status)
     try:
@@ -241,6 +243,7 @@ def summarize(args, job, rows, evs, steady, layout, start, end):
             "steady_sps": steady, "recomputed_steps": sum(e.get("recomputed_steps", 0) for e in ends),
             "recovered_from": [e.get("recovered_from") for e in failures],
             "drained_s": drained, "resumed_s": resumed, "joined_s": joined, "recovery": args.recovery,
+            "engine": args.engine,
             "spare_depth": args.spare_depth}
 
 
@@ -250,9 +253,10 @@ def print_table(res):
 
     a = res["actions"]
     print("")
-    print("goodput under churn (local transport, %d cores, 4 workers, --recovery %s, --spare-depth %d, %.0f s, "
-          "%d drains, %d kills, %d re-adds)"
-          % (os.cpu_count(), res["recovery"], res["spare_depth"], res["duration_s"], a["drain"], a["kill"], a["add"]))
+    print("goodput under churn (%s engine, local transport, %d cores, 4 workers, --recovery %s, --spare-depth %d, "
+          "%.0f s, %d drains, %d kills, %d re-adds)"
+          % (res.get("engine", "mxnet"), os.cpu_count(), res["recovery"], res["spare_depth"], res["duration_s"],
+             a["drain"], a["kill"], a["add"]))
     print("")
     print("| metric | value |")
     print("|---|---:|")
@@ -281,6 +285,9 @@ def main():
     ap.add_argument("--steady-s", type=float, default=None, help="steady measurement per world size [20; quick 10]")
     ap.add_argument("--step-sleep", type=float, default=0.05)
     ap.add_argument("--checkpoint-every", type=int, default=20)
+    ap.add_argument("--engine", choices=("mxnet", "torch"), default="mxnet",
+                    help="the launcher's and the example's --engine (torch: the --python needs torch==2.13.0) "
+                         "[%(default)s]")
     ap.add_argument("--recovery", choices=("survivor", "checkpoint"), default="survivor")
     ap.add_argument("--spare-depth", type=int, default=2, help="the launcher's --spare-depth [%(default)s]")
     ap.add_argument("--port-base", type=int, default=20100)

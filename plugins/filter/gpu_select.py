@@ -14,11 +14,11 @@ from ansible_collections.dynatrain.elastic.plugins.plugin_utils import openpgp, 
 
 
 def gpu_driver_plan(instance_type, distribution="", major_version="", machine="x86_64", branch="550",
-                    architecture=None, flavour="auto", repo="", contrib=None):
-    """A node's NVIDIA driver plan (see gpu_select.driver_plan)."""
+                    architecture=None, flavour="auto", repo="", contrib=None, engine="mxnet"):
+    """A node's NVIDIA driver plan (see gpu_select.driver_plan); ``engine`` raises the branch to what its CUDA build needs."""
     return gpu_select.driver_plan(instance_type, distribution, major_version, machine, branch,
                                   architecture=architecture or None, flavour=flavour, repo=repo,
-                                  needs_contrib=contrib)
+                                  needs_contrib=contrib, engine=engine or "mxnet")
 
 
 def gpu_instance(instance_type):
@@ -30,6 +30,11 @@ def mxnet_requirements(gpu, version="1.9.1", gpu_package=gpu_select.MXNET_GPU_PA
     """The MXNet requirement strings of a CPU (false) or GPU (true) node."""
     wheels = gpu_select.CUDA_RUNTIME_WHEELS if runtime_wheels is None else runtime_wheels
     return gpu_select.mxnet_requirements(bool(gpu), version, gpu_package, wheels)
+
+
+def torch_requirements(gpu, version=gpu_select.TORCH_VERSION, cpu_local=gpu_select.TORCH_CPU_LOCAL):
+    """The PyTorch requirement strings of a CPU (false) or GPU (true) node."""
+    return gpu_select.torch_requirements(bool(gpu), str(version), str(cpu_local or ""))
 
 
 def wheel_lock_lines(wheel_dir, roots, python_version, machine="x86_64"):
@@ -65,6 +70,7 @@ class FilterModule:
             "gpu_driver_plan": gpu_driver_plan,
             "gpu_instance": gpu_instance,
             "mxnet_requirements": mxnet_requirements,
+            "torch_requirements": torch_requirements,
             "wheel_lock_lines": wheel_lock_lines,
             "wheels_named": wheels_named,
             "openpgp_key_problem": openpgp_key_problem,

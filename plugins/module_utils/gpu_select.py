@@ -14,9 +14,16 @@ filters of plugins/filter/gpu_select.py.
 * ``mxnet_requirements(gpu, version)``: the pip requirements of the MXNet
   build the node gets (CPU wheel, or the CUDA 11.7 build plus the CUDA runtime
   libraries it links, from NVIDIA's ``nvidia-*-cu11`` wheels).
+* ``torch_requirements(gpu, version)``: the pip requirement of the PyTorch
+  build the node gets (PyTorch's CPU build ``torch==V+cpu``, or PyPI's CUDA 13
+  build ``torch===V``, whose ``nvidia-*`` libraries follow from its metadata).
+* ``ENGINE_MIN_BRANCH``: the driver branch an engine's CUDA build needs
+  (``driver_plan(..., engine=)`` raises the branch to it).
 """
 
 from __future__ import annotations
+
+import re
 
 # family -> (architecture, GPU). Architectures before Turing need NVIDIA's
 # proprietary kernel modules; Turing and newer run the open ones (NVIDIA's
@@ -81,6 +88,15 @@ CUDA_RUNTIME_WHEELS = (
 )
 
 
+# mxnet-cu117 1.9.1 carries SASS for sm_50/60/70/80/86 and no PTX (config/distribution/linux_cu117.cmake).
+# SASS of sm_X.y runs on sm_X.z with z >= y: Maxwell (sm_52), Pascal, Volta, Turing (sm_75), Ampere and
+# Ada (sm_89 runs sm_86 code) have kernels; Hopper (sm_90, p5*) and Blackwell (sm_100, p6*) have none.
+MXNET_GPU_ARCHITECTURES = ("maxwell", "pascal", "volta", "turing", "ampere", "ada")
+# P families from this generation on carry GPUs newer than the MXNet build (p5: H100), also
+# those not yet in GPU_FAMILIES (p6e-gb200, p6-b300, ...).
+NEWER_THAN_MXNET_P_GENERATION = 5
+
+
 def instance_family(instance_type):
     """``g5.xlarge`` -> ``g5``; '' for an empty or missing type."""
     return str(instance_type or "").strip().lower().split(".", maxsplit=1)[0]
@@ -89,6 +105,16 @@ def instance_family(instance_type):
 def gpu_family(instance_type):
     """(architecture, GPU model) of an instance type's NVIDIA GPU, or None (CPU / unknown / not NVIDIA)."""
     return GPU_FAMILIES.get(instance_family(instance_type))
+
+
+def mxnet_gpu_kernels(instance_type):
+    """False when MXNet 1.9.1's CUDA build has no kernels for the instance type's GPUs (p5/H100 and
+    newer, p2/K80); True for the GPUs it runs on and for CPU types (the CPU wheel)."""
+    family = gpu_family(instance_type)
+    if family is not None:
+        return family[0] in MXNET_GPU_ARCHITECTURES
+    match = re.match(r"^p([0-9]+)", instance_family(instance_type))
+    return not (match and int(match.group(1)) >= NEWER_THAN_MXNET_P_GENERATION)
 
 
 def kernel_module_flavour(architecture):
@@ -111,7 +137,7 @@ def repo_url(distribution, major_version, machine, base=REPO_BASE):
 
 
 def driver_plan(instance_type, distribution, major_version, machine, branch, architecture=None,
-                flavour="auto", repo="", needs_contrib=None):
+                flavour="auto", repo="", needs_contrib=None, engine="mxnet"):
     """What the cuda role installs on one GPU node.
 
     ``architecture`` overrides the one of the instance family (PCI-detected GPUs of an
@@ -120,17 +146,26 @@ def driver_plan(instance_type, distribution, major_version, machine, branch, arc
     for NVIDIA's of this OS. Returns a dict: ``ok``, ``problem`` (why not, what to
     change), ``architecture``, ``gpu``, ``flavour``, ``repo_url``, ``contrib``
     (Debian needs its ``contrib`` component for the driver's dependencies),
-    ``packages``.
+    ``packages``, ``branch`` (the branch installed: ``branch``, raised to the
+    engine's ``ENGINE_MIN_BRANCH``).
     """
     fam = gpu_family(instance_type)
     arch = architecture or (fam[0] if fam else None)
     gpu = fam[1] if fam else "NVIDIA GPU"
     plan = {"ok": False, "problem": "", "architecture": arch or "unknown", "gpu": gpu, "flavour": "",
-            "repo_url": repo, "contrib": False, "packages": []}
+            "repo_url": repo, "contrib": False, "packages": [], "branch": str(branch)}
     try:
         branch_n = int(str(branch))
     except ValueError:
         plan["problem"] = f"cuda_driver_branch must be a number like 550 (got {branch!r})"
+        return plan
+    need = ENGINE_MIN_BRANCH.get(str(engine or "mxnet"), 0)
+    branch_n = max(branch_n, need)
+    plan["branch"] = str(branch_n)
+    if arch in MAX_BRANCH and need > MAX_BRANCH[arch]:
+        plan["problem"] = (f"{instance_type} has {gpu} ({arch}) GPUs, which NVIDIA supports only up to driver branch"
+                           f" {MAX_BRANCH[arch]}, but dt_engine={engine} needs driver branch {need} or newer (its"
+                           " CUDA 13 build): use dt_engine=mxnet on these nodes, or an instance type with newer GPUs")
         return plan
     if arch in MAX_BRANCH and branch_n > MAX_BRANCH[arch]:
         plan["problem"] = (f"{instance_type} has {gpu} ({arch}) GPUs, which NVIDIA supports only up to driver branch"
@@ -167,3 +202,24 @@ def mxnet_requirements(gpu, version="1.9.1", gpu_package=MXNET_GPU_PACKAGE, runt
     if not gpu:
         return [f"mxnet=={version}"]
     return [f"{gpu_package}=={version}"] + list(runtime_wheels)
+
+
+# -- PyTorch (dt_engine=torch) -------------------------------------------------
+# The PyTorch release the nodes get. CPU nodes: PyTorch's CPU build (local version
+# label +cpu, from download.pytorch.org/whl/cpu or a wheelhouse; 192 MB). GPU nodes:
+# PyPI's build of the same release, which is CUDA 13 (its nvidia-* libraries, triton and
+# cuda-toolkit are pinned in its own metadata; several GB). An unpinned `torch` would be
+# the newest CUDA build: always pinned exactly.
+TORCH_VERSION = "2.13.0"
+TORCH_CPU_LOCAL = "cpu"
+# The NVIDIA driver branch an engine's CUDA build needs: torch 2.13's CUDA 13 runtime
+# needs the 580 branch; mxnet-cu117 (CUDA 11.7) runs on the cuda role's default.
+ENGINE_MIN_BRANCH = {"torch": 580}
+
+
+def torch_requirements(gpu, version=TORCH_VERSION, cpu_local=TORCH_CPU_LOCAL):
+    """The PyTorch requirement of a node: ``torch==V+cpu`` on CPU nodes; ``torch===V`` (PyPI's CUDA build,
+    exactly: ``==V`` would also match the CPU build, whose local label sorts after it) on GPU nodes."""
+    if gpu:
+        return [f"torch==={version}"]
+    return [f"torch=={version}+{cpu_local}" if cpu_local else f"torch=={version}"]

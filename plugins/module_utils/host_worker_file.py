@@ -12,7 +12,9 @@ interface: keep them and their signatures.
 lines ignored, the master last. Written only atomically (temp file + rename)
 under an exclusive lock on the sidecar ``host_worker.lock``.
 
-``host_worker_log``: append-only, DT's layout ``SEQ EVENT IP NS_TIMESTAMP``.
+``host_worker_log``: append-only, DT's layout ``SEQ EVENT IP NS_TIMESTAMP``, read
+like a write-ahead log: a torn last line (a writer killed mid-append) is cut off by
+the next append, a malformed line is skipped; neither stops the writer.
 """
 
 from __future__ import annotations
@@ -162,10 +164,10 @@ def locked(path, timeout=30.0):
     """Hold the exclusive sidecar lock (``<path>.lock``) of host_worker."""
     lock_file = lock_path_for(path)
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.time() + timeout
+    deadline = time.monotonic() + timeout     # an interval: a wall-clock step must not shorten it
     try:
         while not _try_flock(fd):
-            if time.time() >= deadline:
+            if time.monotonic() >= deadline:
                 raise HostWorkerError(f"could not lock {lock_file} within {timeout:.0f} s: another writer holds it")
             time.sleep(0.05)
         yield
@@ -275,7 +277,10 @@ def parse_log_line(line):
 
 
 def read_log(log_path):
-    """Return the parsed log entries as a list of (seq, event, ip, ns); missing file -> []."""
+    """Return the parsed log entries as a list of (seq, event, ip, ns); missing file -> [].
+
+    Strict: any line that does not parse raises HostWorkerError (``scan_log`` reads leniently).
+    """
     try:
         with open(log_path, encoding="utf-8") as handle:
             return [parse_log_line(raw.strip()) for raw in handle if raw.strip()]
@@ -289,16 +294,55 @@ def format_log_line(seq, event, ip, ns):
     return f"{int(seq)} {event} {validate_ip(ip)} {int(ns)}"
 
 
-def append_log(log_path, event, ip, ns=None):
-    """Append one event with the next SEQ (continuing the file's last SEQ); returns the line."""
-    with locked(log_path):
-        entries = read_log(log_path)
-        seq = entries[-1][0] + 1 if entries else 0
-        line = format_log_line(seq, event, ip, time.time_ns() if ns is None else ns)
-        with open(log_path, "a", encoding="utf-8") as handle:
-            handle.write(f"{line}\n")
+def _split_log(data):
+    """``(complete, torn)`` of the log's bytes: up to and with the last newline, and what follows it."""
+    end = data.rfind(b"\n") + 1
+    return data[:end], data[end:]
+
+
+def scan_log(log_path):
+    """Read the log leniently, as a write-ahead log: ``(entries, bad, torn)``.
+
+    ``entries`` are the ``(seq, event, ip, ns)`` of the lines that parse; ``bad`` the complete
+    lines that do not (skipped); ``torn`` a last line without its newline -- a writer killed
+    mid-append, or one still writing -- which is no entry (``""`` when there is none).
+    A missing file gives ``([], [], "")``.
+    """
+    try:
+        with open(log_path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return [], [], ""
+    complete, torn = _split_log(data)
+    entries, bad = _parse_log_lines(complete.decode("utf-8", "replace").split("\n"))
+    return [entry[:4] for entry in entries], bad, torn.decode("utf-8", "replace")
+
+
+def append_log(log_path, event, ip, ns=None, warn=None, timeout=30.0):
+    """Append one event with the next SEQ after the last good line; returns the line.
+
+    The log is read as a write-ahead log, under its lock: a last line without its newline (a
+    writer killed mid-append; no writer is active while we hold the lock) is cut off, lines
+    that do not parse are skipped, and ``warn(kind, lines)`` (``kind`` ``"torn"`` or
+    ``"malformed"``) hears about both. Neither stops the append: training must go on.
+    ``timeout``: seconds to wait for the lock (HostWorkerError after that).
+    """
+    with locked(log_path, timeout=timeout):
+        with open(log_path, "a+b") as handle:     # O_APPEND: every write lands at the end
+            handle.seek(0)
+            complete, torn = _split_log(handle.read())
+            entries, bad = _parse_log_lines(complete.decode("utf-8", "replace").split("\n"))
+            seq = entries[-1][0] + 1 if entries else 0
+            line = format_log_line(seq, event, ip, time.time_ns() if ns is None else ns)
+            if torn:
+                handle.truncate(len(complete))
+            handle.write(f"{line}\n".encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
+    if warn is not None and torn:
+        warn("torn", [torn.decode("utf-8", "replace")])
+    if warn is not None and bad:
+        warn("malformed", bad)
     return line
 
 

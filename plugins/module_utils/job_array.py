@@ -14,7 +14,7 @@ and subnet CIDR of its own: row i (from 0) moves the second octet of ``dt_vpc_ci
 ``running``, ``finished``, ``failed``), written atomically under a lock on a sidecar file
 (``array.json.lock``) by the array's playbook and by each row's ``run_job.yml``
 (module ``dynatrain.elastic.job_array_state``). ``table_lines`` is status's view of it.
-Standard library only.
+Standard library only, and the settings rules of preflight.py (split_args, networks_problem).
 """
 
 from __future__ import annotations
@@ -26,17 +26,24 @@ import ipaddress
 import json
 import os
 import re
-import shlex
 import tempfile
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import (
+    CLUSTER_RE,
+    ENGINES,
+    networks_problem,
+    split_args,
+)
+
 COLUMNS = ("region", "name", "workers", "args")
+# Columns a manifest may add: engine (the row's dt_engine, mxnet or torch; empty: the array's).
+OPTIONAL_COLUMNS = ("engine",)
 STATES = ("queued", "running", "finished", "failed")
 DONE_STATES = ("finished", "failed")
 # As playbooks/preflight.yml checks dt_region.
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-# As roles/cluster/tasks/preflight.yml checks cluster_name (it names every resource and tag).
-CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,30}$")
+# CLUSTER_RE (preflight's): as roles/cluster/tasks/preflight.yml checks cluster_name.
 CLUSTER_MAX = 31
 ARRAY_FILE = "array.json"
 
@@ -75,14 +82,14 @@ def _rows_of(text: str):
                          f"'{','.join(COLUMNS)}', then one row per job.")
     header_line, header_text = lines[0]
     header = [h.strip().lower() for h in next(csv.reader([header_text], skipinitialspace=True))]
-    if sorted(header) != sorted(COLUMNS):
+    if sorted(h for h in header if h not in OPTIONAL_COLUMNS) != sorted(COLUMNS) or len(set(header)) != len(header):
         missing = [c for c in COLUMNS if c not in header]
-        extra = [h for h in header if h not in COLUMNS]
+        extra = [h for h in header if h not in COLUMNS + OPTIONAL_COLUMNS]
         what = "; ".join(p for p in (f"missing {', '.join(missing)}" if missing else "",
                                      f"unknown {', '.join(extra)}" if extra else "",
                                      "a column is repeated" if not missing and not extra else "") if p)
         raise ValueError(f"line {header_line}: the header is '{header_text.strip()}' ({what}): "
-                         f"make it '{','.join(COLUMNS)}' (in any order).")
+                         f"make it '{','.join(COLUMNS)}' (in any order; an '{OPTIONAL_COLUMNS[0]}' column may follow).")
     rows = []
     for number, line in lines[1:]:
         try:
@@ -114,13 +121,17 @@ def _row_problems(number, cells, header):
         problems.append(f"{where}: workers '{row['workers']}' is not valid: give a whole number >= 0 "
                         "(the base workers besides the master, as bootstrap's worker_count).")
     try:
-        args = shlex.split(row["args"])
+        args = split_args(row["args"])
     except ValueError as exc:
         args = None
         problems.append(f"{where}: args '{row['args']}' cannot be split like a shell line ({exc}): "
                         "close the quote, e.g. --note 'two words'.")
+    engine = row.get("engine", "")
+    if engine and engine not in ENGINES:
+        problems.append(f"{where}: engine '{engine}' is not an engine: write mxnet (Apache MXNet 1.9.1), torch (PyTorch) "
+                        "or leave it empty for the array's (array_vars' dt_engine, default mxnet).")
     return {"line": number, "region": row["region"], "name": row["name"], "workers": workers,
-            "args": args, "args_text": row["args"]}, problems
+            "args": args, "args_text": row["args"], "engine": engine}, problems
 
 
 def parse_manifest(text: str) -> tuple[list, list]:
@@ -159,17 +170,14 @@ def shifted_cidr(cidr: str, by: int) -> str:
 
 
 def network_problem(vpc_cidr: str, subnet_cidr: str, rows: int) -> str:
-    """Why the rows' networks cannot be derived from these CIDRs (empty string when they can)."""
-    try:
-        vpc = ipaddress.ip_network(vpc_cidr, strict=True)
-        subnet = ipaddress.ip_network(subnet_cidr, strict=True)
-    except (TypeError, ValueError) as exc:
-        return f"dt_vpc_cidr={vpc_cidr} / dt_subnet_cidr={subnet_cidr}: {exc}: give IPv4 networks, e.g. 10.77.0.0/16 and 10.77.1.0/24."
-    if vpc.version != 4 or vpc.prefixlen < 16:
-        return (f"dt_vpc_cidr={vpc_cidr}: each row moves its second octet, so it must be an IPv4 network of /16 "
-                "or smaller (e.g. 10.77.0.0/16), else the rows' VPCs would overlap.")
-    if not subnet.subnet_of(vpc):
-        return f"dt_subnet_cidr={subnet_cidr} is not inside dt_vpc_cidr={vpc_cidr}."
+    """Why the rows' networks cannot be derived from these CIDRs (empty string when they can).
+
+    The networks themselves (IPv4, /16 to /28, the subnet inside the VPC) are preflight's rule; a VPC
+    of /16 or smaller also keeps the rows' VPCs apart when each row moves the second octet."""
+    problem = networks_problem(vpc_cidr, subnet_cidr)
+    if problem:
+        return problem
+    vpc = ipaddress.ip_network(vpc_cidr, strict=True)
     first, second = str(vpc.network_address).split(".")[:2]
     last = int(second) + rows
     if last > 255:

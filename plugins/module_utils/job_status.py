@@ -7,7 +7,8 @@ The launcher (on the master) writes ``<EFS_MOUNT>/status.json`` atomically,
 a JSON object with the keys ``state`` (one of ``STATES``), ``pid``,
 ``updated`` (epoch seconds), ``master``, ``membership``, ``world_size``,
 ``generation``, ``epoch``, ``step``, ``samples_per_s``, ``last_checkpoint``,
-``host_worker_error``, ``resize_at``, ``spares_ready`` and ``spares_wanted``.
+``host_worker_error``, ``resize_at``, ``spares_ready``, ``spares_wanted`` and ``engine``
+(``mxnet`` or ``torch``; absent from the status of a launcher older than the engine seam).
 
 Used by the ``dynatrain.elastic.job_info`` module (run on the master, so that
 the age of the status is measured with the clock that wrote it) and by the
@@ -76,6 +77,12 @@ def is_running(status: dict, now: float | None = None, stale_after: float = STAL
     """True when the launcher is in an active state and wrote its status recently."""
     age = status_age(status, now)
     return status.get("state") in ACTIVE_STATES and age is not None and age < stale_after
+
+
+def job_engine(status: dict) -> str | None:
+    """The job's training engine (``mxnet`` / ``torch``) as the launcher wrote it, or None when it did not say."""
+    engine = status.get("engine")
+    return engine if isinstance(engine, str) and engine else None
 
 
 def is_finished(status: dict) -> bool:

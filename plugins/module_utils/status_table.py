@@ -68,7 +68,8 @@ def node_rows(nodes: list, job: dict | None) -> list[tuple]:
 
 
 def job_line(job: dict | None) -> str:
-    """'job: STATE  epoch E step S  world W  R samples/s  checkpoint Ns ago' (or why there is none)."""
+    """'job: STATE  ENGINE  epoch E step S  world W  R samples/s  checkpoint Ns ago' (or why there is none);
+    ENGINE (mxnet, torch) is shown when the launcher wrote it in status.json."""
     if not job:
         return "job: unknown (the inventory has no master to ask)"
     status = job.get("status") or {}
@@ -81,8 +82,10 @@ def job_line(job: dict | None) -> str:
         # The launcher said it was running but has not written for a while: gone or stuck.
         silent = duration(job["age_s"]) if _is_number(job.get("age_s")) else "a while"
         state = f"{state}? (no update for {silent})"
+    engine = status.get("engine")
     parts = [
         f"job: {state}",
+        *([f"engine {engine}"] if isinstance(engine, str) and engine else []),
         f"epoch {_text(status.get('epoch'))} step {_text(status.get('step'))}",
         f"world {_text(status.get('world_size'))}",
         f"{float(status['samples_per_s']):.1f} samples/s" if _is_number(status.get("samples_per_s"))

@@ -26,6 +26,12 @@ options:
     description: Tags to set.
     type: dict
     required: true
+  stamp:
+    description:
+      - A tag key set to the current time (epoch seconds, UTC) on each resource whose O(tags) change, in the same
+        call, so that a reader knows since when a status holds. Resources whose O(tags) are already set keep
+        their stamp (a second run reports no change).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -47,6 +53,7 @@ EXAMPLES = r"""
     resources: [i-0123456789abcdef0, i-0fedcba9876543210]
     tags:
       elastic_worker_status: ADDED
+    stamp: "dynatrain:status-time"
 """
 
 RETURN = r"""
@@ -57,6 +64,8 @@ changed_resources:
   elements: str
   sample: ["i-0123456789abcdef0"]
 """
+
+import time
 
 try:
     import botocore
@@ -90,6 +99,7 @@ def main():
         argument_spec=dict(
             resources=dict(type="list", elements="str", required=True),
             tags=dict(type="dict", required=True),
+            stamp=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -100,9 +110,10 @@ def main():
     client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
         todo = to_change(current_tags(client, resources), tags)
+        stamped = dict(tags, **({module.params["stamp"]: str(int(time.time()))} if module.params["stamp"] else {}))
         if todo and not module.check_mode:
             for i in range(0, len(todo), BATCH):
-                client.create_tags(Resources=todo[i:i + BATCH], Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+                client.create_tags(Resources=todo[i:i + BATCH], Tags=[{"Key": k, "Value": v} for k, v in stamped.items()],
                                    aws_retry=True)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         module.fail_json_aws(e, msg="Could not tag %s" % ", ".join(resources))

@@ -788,7 +788,9 @@ def await_confirmation(request, pending, result, sleep=time.sleep, clock=time.ti
         request.log_path, pending.position, pending.state, pending.hosts, max(0.0, deadline - clock()),
         sleep=sleep, clock=clock, poll_interval=poll_interval, warn=warn, budget=request.poll or None)
     now = clock()
-    confirmed = [h for h in pending.hosts if h not in unconfirmed]
+    # a host the launcher logged FAILED while being added is rejected, not confirmed
+    refused = {line.split()[2] for line in rejected if len(line.split()) > 2}
+    confirmed = [h for h in pending.hosts if h not in unconfirmed and h not in refused]
     result.update(events=events, confirmed=confirmed, waited_s=round(now - pending.started, 3),
                   seconds_left=round(max(0.0, deadline - now), 1))
     if rejected or (unconfirmed and now >= deadline):

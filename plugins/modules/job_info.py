@@ -195,6 +195,13 @@ status_error:
   returned: always
   type: str
   sample: null
+engine:
+  description:
+    - The training engine of the job (C(mxnet) or C(torch)), as the launcher wrote it in C(status.json), or null
+      when no job has started (or its launcher predates the engine field).
+  returned: always
+  type: str
+  sample: torch
 state:
   description: The launcher's state (C(starting), C(running), C(resizing), C(stopped), C(finished), C(failed)), or null.
   returned: always
@@ -238,6 +245,7 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.job_events impor
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (
     JobStatusError,
     checkpoint_age,
+    job_engine,
     latest_checkpoint,
     read_status,
     status_path,
@@ -329,6 +337,7 @@ def run(params: dict, now: float | None = None) -> dict:
         else None,
         "status": status,
         "status_error": status_error,
+        "engine": job_engine(status),
     }
     result.update(summarize(status, now, params["stale_after"]))
     return result

@@ -28,7 +28,21 @@ description:
   - C(launch) - how many workers to launch so that the job reaches O(desired) workers
     (the master counts), after the joins and removals above.
   - Instances that C(add_workers) or C(remove_workers) are handling right now (status
-    C(ADD_QUEUED) with a launch token, C(REMOVAL_QUEUED)) are left alone.
+    C(ADD_QUEUED) with a launch token, C(REMOVAL_QUEUED)) are left alone for O(timeout) seconds,
+    counted from the launch (C(ADD_QUEUED)) or from when the status was set (C(REMOVAL_QUEUED)).
+    An operation still queued after that was interrupted (Ctrl-C, a lost controller) or failed,
+    and reconcile finishes it or rolls it back.
+  - C(expired_adds) - C(ADD_QUEUED) past O(timeout), not in C(host_worker); tag C(ADD_FAILED),
+    remove the marker, terminate.
+  - C(confirmed) - C(ADD_QUEUED) past O(timeout), in C(host_worker) and confirmed by the launcher
+    (an C(ADDED) event since its launch); tag C(ADDED).
+  - C(expired_removals) - C(REMOVAL_QUEUED) past O(timeout), no longer in C(host_worker); tag
+    C(REMOVED), remove the marker, terminate. Past O(timeout) and still in C(host_worker), an
+    C(ADD_QUEUED) the launcher never confirmed and a C(REMOVAL_QUEUED) are removed gracefully
+    (C(remove)).
+  - Only C(host_worker_log) events since an instance's launch count (EC2 re-uses private
+    addresses, and an old C(FAILED) of its address is another instance's); an instance an add owns
+    (C(ADD_QUEUED) within O(timeout)) is never lost.
 author:
   - dynatrain maintainers (@dynatrain)
 options:
@@ -36,8 +50,10 @@ options:
     description:
       - The cluster's running instances, one dict each with C(id), C(ip), C(role)
         (C(master)|C(worker)), C(status) (the C(elastic_worker_status) tag or null),
-        C(elastic) (the elastic-worker tag is present), C(group) (C(base)|C(elastic)|null)
-        and C(token) (the instance carries the playbooks' launch token).
+        C(elastic) (the elastic-worker tag is present), C(group) (C(base)|C(elastic)|null),
+        C(token) (the instance carries the playbooks' launch token), C(launch_time) (ISO 8601
+        or epoch seconds) and C(status_time) (epoch seconds when the status tag was set, the
+        C(dynatrain:status-time) tag, or null).
     type: list
     elements: dict
     required: true
@@ -56,6 +72,13 @@ options:
     description: Workers the job should have (the master included); V(0) keeps the size as it is.
     type: int
     default: 0
+  timeout:
+    description:
+      - Seconds an instance belongs to the C(add_workers) / C(remove_workers) that queued it
+        (C(ADD_QUEUED) from its launch, C(REMOVAL_QUEUED) from when the status was set); longer than
+        any add (launch, configure, data preparation and C(dt_join_timeout)) or removal takes.
+    type: int
+    default: 1800
 attributes:
   check_mode:
     support: full
@@ -75,6 +98,7 @@ EXAMPLES = r"""
     hosts: "{{ job.hosts }}"
     log: "{{ job.log }}"
     desired: 4
+    timeout: 1800
   register: plan
 """
 
@@ -99,6 +123,21 @@ remove:
   type: list
   elements: dict
   returned: always
+expired_adds:
+  description: Instances an interrupted or failed add left C(ADD_QUEUED) outside the job, to tag C(ADD_FAILED) and terminate.
+  type: list
+  elements: dict
+  returned: always
+confirmed:
+  description: Instances an interrupted add left C(ADD_QUEUED) that the launcher confirmed, to tag C(ADDED).
+  type: list
+  elements: dict
+  returned: always
+expired_removals:
+  description: Instances an interrupted removal left C(REMOVAL_QUEUED) outside the job, to tag C(REMOVED) and terminate.
+  type: list
+  elements: dict
+  returned: always
 launch:
   description: How many new workers to launch to reach O(desired).
   type: int
@@ -110,38 +149,111 @@ summary:
   returned: always
 """
 
+import datetime
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
-BUSY = ("REMOVAL_QUEUED",)        # remove_workers is at work on these
+DEFAULT_TIMEOUT = 1800            # s an ADD_QUEUED / REMOVAL_QUEUED instance belongs to its operation
+KEYS = ("lost", "drained", "join", "remove", "expired_adds", "confirmed", "expired_removals")
 
 
-def last_events(log):
-    """The last host_worker_log event of each address."""
-    last = {}
+def epoch(value):
+    """Seconds since the epoch of an ISO 8601 string or a number; None when absent or unreadable."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
+
+
+def last_event(log, ip, since=None):
+    """The last host_worker_log event of ``ip`` at or after ``since`` (epoch s; None: any).
+
+    EC2 re-uses private addresses: events from before an instance's launch are another instance's."""
+    floor = None if since is None else int(since * 1_000_000_000)
+    last = None
     for entry in log:
-        last[str(entry["ip"])] = str(entry["event"])
+        if str(entry["ip"]) == ip and (floor is None or int(entry.get("ns") or 0) >= floor):
+            last = str(entry["event"])
     return last
 
 
-def plan(nodes, hosts, log, desired=0):
-    last = last_events(log)
-    workers = [n for n in nodes if n.get("role") == "worker" and n.get("status") not in BUSY]
-    out = {"lost": [], "drained": [], "join": [], "remove": []}
-    for node in workers:
-        ip, status = node.get("ip"), node.get("status")
-        if ip in hosts:
-            if node.get("group") == "elastic" and not node.get("elastic") and status == "ADDED":
-                out["remove"].append(node)
+def queued(node):
+    """True for an instance an add_workers (ADD_QUEUED, launch token) or a removal (REMOVAL_QUEUED) queued."""
+    status = node.get("status")
+    return status == "REMOVAL_QUEUED" or (status == "ADD_QUEUED" and bool(node.get("token")))
+
+
+def queued_since(node):
+    """When the operation that queued the node started (epoch s): the launch for an add, the status tag's time
+    (else the launch) for a removal; None when unknown."""
+    since = epoch(node.get("status_time")) if node.get("status") == "REMOVAL_QUEUED" else None
+    return since if since is not None else epoch(node.get("launch_time"))
+
+
+def owned(node, timeout, now):
+    """True while the add/removal that queued the node may still be at work on it (an unknown start: always)."""
+    since = queued_since(node)
+    return queued(node) and (since is None or now - since < timeout)
+
+
+def decide_expired(node, in_job, last, out):
+    """An add or removal that outlived its timeout: finish it or roll it back."""
+    if node.get("status") == "REMOVAL_QUEUED":
+        out["remove" if in_job else "expired_removals"].append(node)
+    elif in_job:
+        out["confirmed" if last == "ADDED" else "remove"].append(node)
+    elif last == "FAILED":
+        out["lost"].append(node)
+    else:
+        out["expired_adds"].append(node)
+
+
+def decide(node, in_job, last, out):
+    """A worker no operation owns."""
+    status = node.get("status")
+    if in_job:
+        if node.get("group") == "elastic" and not node.get("elastic") and status == "ADDED":
+            out["remove"].append(node)
+    elif status == "FAILED" or last == "FAILED":
+        if status != "REMOVED":
+            out["lost"].append(node)
+    elif last == "REMOVED" and status == "ADDED":
+        out["drained"].append(node)
+    elif node.get("elastic") and not node.get("token") and status in (None, "", "ADD_QUEUED"):
+        out["join"].append(node)
+
+
+def plan(nodes, hosts, log, desired=0, timeout=DEFAULT_TIMEOUT, now=None):
+    now = time.time() if now is None else now
+    out = {key: [] for key in KEYS}
+    adding = leaving = 0             # what the operations in flight will add to / take from the job
+    for node in (n for n in nodes if n.get("role") == "worker"):
+        in_job = node.get("ip") in hosts
+        if owned(node, timeout, now):
+            if node.get("status") == "ADD_QUEUED":
+                adding += 0 if in_job else 1
+            else:
+                leaving += 1 if in_job else 0
             continue
-        if status == "FAILED" or last.get(ip) == "FAILED":
-            if status not in ("REMOVED",):
-                out["lost"].append(node)
-        elif last.get(ip) == "REMOVED" and status == "ADDED":
-            out["drained"].append(node)
-        elif node.get("elastic") and not node.get("token") and status in (None, "", "ADD_QUEUED"):
-            out["join"].append(node)
-    in_flight = [n for n in workers if n.get("token") and n.get("status") == "ADD_QUEUED" and n.get("ip") not in hosts]
-    size = len(hosts) - len(out["remove"]) + len(out["join"]) + len(in_flight)
+        last = last_event(log, node.get("ip"), epoch(node.get("launch_time")))
+        if queued(node):
+            decide_expired(node, in_job, last, out)
+        else:
+            decide(node, in_job, last, out)
+    size = len(hosts) - leaving - len(out["remove"]) + len(out["join"]) + adding
     out["launch"] = max(0, int(desired) - size) if desired else 0
     out["summary"] = summarize(out, desired, size)
     return out
@@ -152,7 +264,10 @@ def summarize(out, desired, size):
     labels = {"lost": "lost by the launcher (FAILED): clean up and terminate",
               "drained": "left the job on their own (spot drain): tag REMOVED and terminate",
               "join": "launched from the worker template outside the playbooks: join",
-              "remove": "elastic-worker tag deleted: remove from the job"}
+              "remove": "elastic-worker tag deleted, or an interrupted add/removal: remove from the job",
+              "expired_adds": "an interrupted or failed add left it ADD_QUEUED outside the job: tag ADD_FAILED and terminate",
+              "confirmed": "an interrupted add left it ADD_QUEUED, the launcher confirmed it: tag ADDED",
+              "expired_removals": "an interrupted removal left it REMOVAL_QUEUED outside the job: tag REMOVED and terminate"}
     for key, label in labels.items():
         for node in out[key]:
             lines.append(f"{node.get('id')} {node.get('ip')}: {label}")
@@ -170,6 +285,7 @@ def main():
             "hosts": {"type": "list", "elements": "str", "required": True},
             "log": {"type": "list", "elements": "dict", "default": []},
             "desired": {"type": "int", "default": 0},
+            "timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
         },
         supports_check_mode=True,
     )
@@ -177,7 +293,10 @@ def main():
     if p["desired"] < 0:
         module.fail_json(msg=f"desired={p['desired']} is not valid: give the number of workers (>= 1, the master "
                              "included) or 0 to keep the size")
-    module.exit_json(changed=False, **plan(p["nodes"], p["hosts"], p["log"], p["desired"]))
+    if p["timeout"] < 1:
+        module.fail_json(msg=f"timeout={p['timeout']} is not valid: give the seconds (>= 1) an add or a removal may "
+                             "take before reconcile finishes or rolls it back")
+    module.exit_json(changed=False, **plan(p["nodes"], p["hosts"], p["log"], p["desired"], p["timeout"]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """The helper API an elastic training script uses under the launcher (``Elastic``).
 
-MXNet Gluon is first-class.  A script does::
+MXNet Gluon and PyTorch are first-class: one copy of the logic below, an engine per framework
+(``engines``: ``mxnet`` -- a dist_sync kvstore -- or ``torch`` -- torch.distributed with torchrun's
+environment, DistributedDataParallel), chosen by ``engine=`` or ``$DT_ENGINE`` (the launcher's
+``--engine``), default mxnet.  An MXNet script does::
 
     from dynatrain_runtime import Elastic
     el = Elastic(num_samples=len(X), global_batch=64, epochs=5, seed=0, lr=0.1)
@@ -16,6 +19,21 @@ MXNet Gluon is first-class.  A script does::
         loss.backward()
         trainer.step(batch.global_size)     # aggregated gradient = mean over the global batch
         batch.report(loss=loss.sum().asscalar(), correct=...)
+    sys.exit(el.finish())
+
+A PyTorch script::
+
+    el = Elastic(num_samples=len(X), global_batch=64, epochs=5, seed=0, lr=0.1, engine="torch")
+    model = Net(); opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, opt = el.wrap(model, opt)        # on el.device; DDP when world > 1; resumed from the checkpoint
+    for batch in el.batches():
+        x, y = X[batch.indices].to(el.device), Y[batch.indices].to(el.device)
+        out = model(x)
+        per_sample = F.cross_entropy(out, y, reduction="none")
+        opt.zero_grad()
+        batch.weighted_loss(per_sample).backward()   # sum(w * loss) * world / global_size: DDP's average
+        opt.step()                                    # of it is the mean over the global batch
+        batch.report(loss=..., correct=...)           # tensors: read at the metrics all-reduce only
     sys.exit(el.finish())
 
 Semantics:
@@ -42,28 +60,37 @@ Semantics:
   ``fixed-per-worker`` with linear LR scaling warmed up over K steps
   (``LrSchedule``; Goyal et al. 2017).
 
-This module imports MXNet lazily (in ``Elastic()``); the pure parts live in
-``data`` (sharding, LR policy), ``checkpoint`` and ``protocol``.
+This module imports the framework lazily (its engine, in ``Elastic()``); the pure parts live in
+``data`` (sharding, LR policy), ``checkpoint`` and ``protocol``.  With the torch engine a
+collective whose peer died *raises* (in our all-reduce or in DDP's backward hooks, inside the
+script): the worker then stays alive, bounded by ``PEER_LOST_WAIT``, for the launcher's
+``recover`` (``_hold_for_launcher``; ``sys.excepthook`` for errors raised in the script).
 """
 
 from __future__ import annotations
 
-import json
+import atexit
 import os
 import socket
+import sys
 import threading
 import time
 import weakref
 
-from . import devices
-from .checkpoint import CheckpointStore
+from .checkpoint import CheckpointStore, load_meta
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
-from .jobfiles import BackgroundAppender, JobFiles, write_json
+from .jobfiles import FLUSH_TIMEOUT, BackgroundAppender, JobFiles, write_json
 from .protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED, MSG_STOP_ACK, emit, receive_assignment
-from .recovery import CONFIRM_WAIT, BoundarySnapshot
+from .engines import create_engine, engine_name, peer_error_check, prewarm
+from .engines import mxnet as _mxnet_engine
+from .recovery import CONFIRM_WAIT
 
-STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
 SNAPSHOT_BUDGET = 0.02     # recovery snapshots may take at most this share of the wall time (see _commit)
+# s a worker whose collective failed waits for the launcher's recover
+PEER_LOST_WAIT = float(os.environ.get("DT_PEER_LOST_WAIT", "60"))
+# their home before the engine seam: the benchmarks' plain dist_sync baseline imports them from here
+STATS_KEY = _mxnet_engine.STATS_KEY
+init_trainer_kvstore = _mxnet_engine.init_trainer_kvstore
 
 # metrics vector layout: [loss_sum, correct, count] + audit counts (audit mode); pushed at epoch ends
 # (every step in the audit mode), never for control: the stop boundary comes from the launcher
@@ -74,7 +101,7 @@ class Batch:
     """This worker's share of one global step."""
 
     __slots__ = ("epoch", "step", "pos", "indices", "weights", "global_size", "world", "rank",
-                 "lr", "last_in_epoch", "loss", "correct", "count")
+                 "lr", "last_in_epoch", "loss", "correct", "count", "grad_scale", "engine")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -86,12 +113,24 @@ class Batch:
         """True for a share with no sample (weight 0): the worker takes part in the step, adds nothing."""
         return self.count == 0
 
+    def weighted_loss(self, per_sample):
+        """The loss to backpropagate: ``sum(weights * per_sample) * grad_scale``.
+
+        ``grad_scale`` makes the aggregated gradient the mean over the global batch: 1 for MXNet
+        (``trainer.step(global_size)`` divides), ``world / global_size`` for torch (DDP averages
+        over the world), so uneven shares and a placeholder (weight 0) give the right mean.
+        """
+        return self.engine.weighted_loss(per_sample, self.weights, self.grad_scale)
+
     def report(self, loss=0.0, correct=0.0):
         """Report this worker's summed (weighted) loss and correct predictions for the step.
 
-        Floats, or MXNet NDArrays of one element: those are summed on the engine and read only
-        when the metrics are aggregated (epoch end), so reporting needs no per-step sync.
+        Floats, or one-element MXNet NDArrays / torch tensors: those are summed on the device and
+        read only when the metrics are aggregated (epoch end), so reporting needs no per-step sync.
         """
+        if self.engine is not None:
+            self.loss, self.correct = self.engine.keep(loss), self.engine.keep(correct)
+            return
         self.loss = loss if hasattr(loss, "asnumpy") else float(loss)
         self.correct = correct if hasattr(correct, "asnumpy") else float(correct)
 
@@ -101,7 +140,7 @@ class Elastic:
 
     def __init__(self, num_samples, global_batch, epochs, seed=0, lr=0.1, batch_policy="fixed-global",
                  per_worker_batch=None, warmup_steps=0, checkpoint_every=0, audit_samples=False,
-                 efs_mount=None, checkpoint_dir=None, keep_checkpoints=2, kvstore="dist_sync"):
+                 efs_mount=None, checkpoint_dir=None, keep_checkpoints=2, kvstore="dist_sync", engine=None):
         if batch_policy not in BATCH_POLICIES:
             raise ValueError(f"unknown batch policy {batch_policy!r}")
         self.num_samples = int(num_samples)
@@ -112,7 +151,13 @@ class Elastic:
         self.per_worker_batch = int(per_worker_batch or max(1, global_batch // 2))
         self.checkpoint_every = int(checkpoint_every or 0)
         self.audit = bool(audit_samples)
+        prewarm(engine_name(engine))             # a pre-started process imports its framework before the assignment
         self.channel = receive_assignment()
+        self.engine_name = engine_name(engine)   # (the assignment may name it)
+        launched = os.environ.get("DT_ENGINE") if self.channel is not None else None
+        if launched and engine_name(launched) != self.engine_name:
+            raise ValueError(f"the launcher runs the {launched} engine (dt-launcher --engine {launched}) but this "
+                             f"script uses {self.engine_name}: start the launcher with --engine {self.engine_name}")
         self._phases = {"assigned": time.time()}    # a generation's start, phase by phase (resize latency)
         self.efs_mount = efs_mount or os.environ.get("EFS_MOUNT") or os.getcwd()
         self.files = JobFiles(self.efs_mount, checkpoint_dir or os.environ.get("DT_CHECKPOINT_DIR"))
@@ -122,13 +167,21 @@ class Elastic:
         if os.environ.get("DT_EVENTS"):
             self.files.events = os.environ["DT_EVENTS"]
         self._events = None                      # rank 0's events.jsonl writer (``log_event``)
-        import mxnet as mx  # noqa: E402 (lazy: the pure parts above must not need MXNet)
-        self.mx = mx
-        self._ctx = None                         # the devices, chosen on first use (``ctx``)
-        distributed = "DMLC_ROLE" in os.environ
-        self.kv = mx.kv.create(kvstore if distributed else "local")
+        # torch: a collective whose peer died raises -- also in the rendezvous, in DDP's hooks, in the
+        # script.  A survivor must not exit then: the launcher would take it for lost too.  It waits for
+        # the launcher's "recover" (survivor recovery) or the end of the generation (``_hold_for_launcher``).
+        self._peer_lost = False
+        self._peer_error = peer_error_check(self.engine_name) if self.channel is not None else None
+        if self._peer_error is not None:
+            _hold_on_peer_errors(self)
+        # the framework's side: connect to this generation's workers (the kvstore, or the process group)
+        self.engine = create_engine(self.engine_name, kvstore=kvstore)
         self._phases["kv"] = time.time()
-        self.rank, self.world = self.kv.rank, self.kv.num_workers
+        self.rank, self.world = self.engine.rank, self.engine.world
+        self.mx = getattr(self.engine, "mx", None)    # MXNet's module and kvstore (the Trainer is built on it)
+        self.kv = getattr(self.engine, "kv", None)
+        if self.engine_name == "torch" and self.channel is not None:
+            atexit.register(_exit_at_once, self)
         self.lr = LrSchedule(batch_policy, lr, self.global_batch, self.per_worker_batch, warmup_steps)
         self.epoch, self.pos, self.step = 0, 0, 0
         self.audit_log = {"steps": [], "completed_epochs": []}
@@ -173,23 +226,23 @@ class Elastic:
         self._on_epoch_end.append(fn)
 
     def attach(self, net, trainer):
-        """Bind the Gluon net and Trainer; resume from the latest checkpoint when there is one."""
-        mx = self.mx
-        self.net, self.trainer = net, trainer
+        """Bind the model and its optimizer (Gluon net and Trainer; torch module and optimizer); resume
+        from the latest checkpoint when there is one.  torch scripts call ``wrap``."""
+        self.engine.bind(net, trainer)
+        self.net, self.trainer = self.engine.module if self.engine_name == "torch" else net, trainer
         self._phases["attach"] = time.time()
         latest = None
         resume = os.environ.get("DT_RESUME_PATH")
         if resume:   # the launcher names the checkpoint so every worker loads the same one
-            with open(os.path.join(resume, "meta.json")) as handle:
-                latest = resume, json.load(handle)
+            latest = resume, load_meta(resume)    # its files' digests verified (CheckpointError if not)
         elif os.environ.get("DT_RESUME", "latest") == "latest":
             latest = self.store.latest()
         if latest is not None:
             path, meta = latest
-            net.load_parameters(os.path.join(path, "params"), ctx=self.ctx)
-            states = os.path.join(path, "trainer.states")
-            if os.path.exists(states):
-                trainer.load_states(states)
+            if meta.get("engine", "mxnet") != self.engine_name:
+                raise ValueError(f"checkpoint {path} was written by the {meta.get('engine', 'mxnet')} engine, "
+                                 f"this job runs {self.engine_name}: start it with that engine or a new job")
+            self.engine.load(path)
             self.epoch, self.pos, self.step = meta["epoch"], meta["pos"], meta["step"]
             self.seed = meta.get("seed", self.seed)
             self.job_start = meta.get("job_start", self.job_start)
@@ -201,22 +254,43 @@ class Elastic:
                 self.audit_log = meta.get("audit") or self.audit_log
             self.resumed_from = self.step
         self._phases["loaded"] = time.time()
-        self.kv.init(STATS_KEY, mx.nd.zeros((self._control_len,)))
-        init_trainer_kvstore(mx, trainer, self.kv)
+        self.engine.after_load(self._control_len)     # MXNet: the kvstore keys; torch: DDP (rank 0's state)
         self._phases["synced"] = time.time()
-        mx.random.seed(self.seed * 1000003 + self.step * 7 + self.rank)
+        self.engine.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
-        if getattr(trainer, "_update_on_kvstore", False):
-            self.recovery = False        # the optimizer state lives on the servers, not here
+        if not self.engine.supports_recovery():
+            self.recovery = False        # (MXNet update_on_kvstore) the optimizer state lives on the servers
         self._emit_hb("started", force=True)
         return self
 
+    def wrap(self, model, optimizer):
+        """(torch) Bind ``model`` and ``optimizer``, resume from the checkpoint the launcher names, and
+        return ``(model, optimizer)`` to train with: the model on ``el.device``, in
+        DistributedDataParallel when the world has more than one worker (``el.module`` is the bare one).
+        """
+        self.attach(model, optimizer)
+        return self.engine.model, optimizer
+
+    @property
+    def model(self):
+        """What the script trains with (torch: the DDP-wrapped module; MXNet: the net)."""
+        return self.engine.model
+
+    @property
+    def module(self):
+        """The bare model (torch: inside DDP), e.g. for evaluation on one worker."""
+        return self.net
+
     @property
     def ctx(self):
-        """This worker's devices: every GPU of the node (``devices.contexts``), else ``[mx.cpu()]``."""
-        if self._ctx is None:
-            self._ctx = devices.contexts(self.mx)
-        return self._ctx
+        """This worker's devices: MXNet, every GPU of the node (``devices.contexts``), else ``[mx.cpu()]``;
+        torch, ``[el.device]``."""
+        return self.engine.devices()
+
+    @property
+    def device(self):
+        """The first of ``ctx`` (torch: ``cuda:LOCAL_RANK`` when CUDA is there, else the CPU)."""
+        return self.ctx[0]
 
     # ----------------------------------------------------------------- the loop
     def step_batch(self):
@@ -225,7 +299,7 @@ class Elastic:
     def batches(self):
         """Yield this worker's ``Batch`` for each global step until done or stopped."""
         if self.net is None:
-            raise RuntimeError("call attach(net, trainer) before batches()")
+            raise RuntimeError("call attach(net, trainer) (torch: wrap(model, optimizer)) before batches()")
         order_epoch, order = None, None
         while self.epoch < self.epochs and not self.finished:
             if order_epoch != self.epoch:
@@ -235,10 +309,11 @@ class Elastic:
             size = self.step_batch()
             indices, weights, global_size = plan_step(order, self.pos, self.world, self.rank, size)
             lr = self.lr.lr_at(self.step)
-            self.trainer.set_learning_rate(lr)
+            self.engine.set_lr(lr)
             batch = Batch(epoch=self.epoch, step=self.step, pos=self.pos, indices=indices, weights=weights,
                           global_size=global_size, world=self.world, rank=self.rank, lr=lr,
-                          last_in_epoch=self.pos + global_size >= self.num_samples)
+                          last_in_epoch=self.pos + global_size >= self.num_samples, engine=self.engine,
+                          grad_scale=self.engine.grad_scale(self.world, global_size))
             t0 = time.time()
             yield batch
             self._commit(batch, time.time() - t0)
@@ -283,12 +358,11 @@ class Elastic:
     # ----------------------------------------------------------------- a step's commit
     def _sync_stats(self, batch):
         """The metrics pushpull (epoch ends; every step in the audit mode); adds the sums to the epoch."""
-        mx = self.mx
         ctl = [0.0] * self._control_len
         for k in (0, 1):
             values = [v for j, v in self._local_nd if j == k]
             if values:                     # one sum on the engine, one read
-                self._local_stats[k] += float(mx.nd.add_n(*values).asnumpy().sum())
+                self._local_stats[k] += self.engine.sum_kept(values)
         self._local_nd = []
         ctl[_C_LOSS], ctl[_C_CORRECT], ctl[_C_COUNT] = self._local_stats
         self._local_stats = [0.0, 0.0, 0.0]
@@ -296,9 +370,7 @@ class Elastic:
             for i, w in zip(batch.indices, batch.weights):
                 if w > 0:
                     ctl[_C_HEAD + i] += 1.0
-        arr, out = mx.nd.array(ctl), mx.nd.zeros((self._control_len,))
-        self.kv.pushpull(STATS_KEY, arr, out=out)
-        agg = out.asnumpy()
+        agg = self.engine.allreduce(ctl)
         for k, c in ((0, _C_LOSS), (1, _C_CORRECT), (2, _C_COUNT)):
             self._epoch_stats[k] += float(agg[c])
         if self.audit:
@@ -320,7 +392,12 @@ class Elastic:
         local[2] += batch.count
         epoch_done = self.pos + batch.global_size >= self.num_samples
         if self.audit or epoch_done:
-            self._sync_stats(batch)
+            try:
+                self._sync_stats(batch)
+            except Exception as exc:      # torch: the all-reduce raises when a peer is gone
+                if self._peer_error is not None and self._peer_error(exc):
+                    self._hold_for_launcher(exc)
+                raise
         now = time.time()
         # state after the step
         with self._lock:                   # the channel thread reads the step count (stop_ack)
@@ -379,8 +456,7 @@ class Elastic:
             # issued an interval ago and ordered before the weights' next update, which later forward
             # passes needed: this returns at once (unless that step's collective never finishes)
             self._snapshot = self._pending.wait()
-        self._pending = BoundarySnapshot.issue(self.net, self.trainer, self.meta(),
-                                               self.audit_log if self.audit else None)
+        self._pending = self.engine.snapshot(self.meta(), self.audit_log if self.audit else None)
         cost = time.perf_counter() - t0
         self._snap_cost = cost if not self._snap_cost else 0.8 * self._snap_cost + 0.2 * cost
         self._snap_at = now
@@ -398,7 +474,7 @@ class Elastic:
                 "num_samples": self.num_samples, "global_batch": self.global_batch,
                 "batch_policy": self.batch_policy, "lr_state": self.lr.state,
                 "job_start": self.job_start, "train_time": self.train_time,
-                "finished": self.finished, "time": time.time()}
+                "finished": self.finished, "time": time.time(), "engine": self.engine_name}
         if self.audit:
             meta["audit"] = self.audit_log
         meta.update(self._meta_extra)
@@ -409,12 +485,7 @@ class Elastic:
         if self.rank != 0:
             return None
         t0 = time.time()
-
-        def payload(tmp):
-            self.net.save_parameters(os.path.join(tmp, "params"))
-            self.trainer.save_states(os.path.join(tmp, "trainer.states"))
-
-        path = self.store.write(self.step, self.meta(), payload)
+        path = self.store.write(self.step, self.meta(), self.engine.save)
         emit("checkpoint", step=self.step, epoch=self.epoch, pos=self.pos, path=path, reason=reason,
              seconds=round(time.time() - t0, 4), generation=self.generation)
         return path
@@ -432,13 +503,26 @@ class Elastic:
             return
         t0 = time.time()
         try:
-            path = snap.write(self.mx, self.store, generation=self.generation, writer=self.host, rank=self.rank,
-                              failed=msg.get("failed") or [])
+            path = self.engine.write_snapshot(snap, self.store, generation=self.generation, writer=self.host,
+                                              rank=self.rank, failed=msg.get("failed") or [])
         except Exception as exc:            # noqa: BLE001 - reported to the launcher, which falls back
             emit("recovery", ok=False, reason=f"{type(exc).__name__}: {exc}", **fields)
             return
         emit("recovery", ok=True, step=snap.step, epoch=snap.meta["epoch"], pos=snap.meta["pos"], path=path,
              seconds=round(time.time() - t0, 4), **fields)
+
+    def _hold_for_launcher(self, exc):
+        """A collective failed under us (torch: a peer is gone).  Stay alive -- the channel thread serves
+        the launcher's ``recover`` from the last boundary's snapshot, then the launcher ends this
+        generation -- for at most ``PEER_LOST_WAIT`` s; the caller then lets the error end the process."""
+        if self._peer_lost:
+            return
+        self._peer_lost = True
+        emit("peer_lost", generation=self.generation, host=self.host, rank=getattr(self, "rank", None),
+             step=getattr(self, "step", None), error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        deadline = time.monotonic() + PEER_LOST_WAIT
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
 
     # ----------------------------------------------------------------- reporting
     def _emit_hb(self, state, force=False):
@@ -477,7 +561,7 @@ class Elastic:
     def finish(self):
         """Exit status for the script: 0 = training complete, EXIT_STOPPED = stopped on request."""
         if self._events is not None:
-            self._events.flush()
+            self._events.flush(timeout=FLUSH_TIMEOUT)     # bounded: a stuck volume must not hang the exit
         if self.stopped:
             return EXIT_STOPPED
         if self.finished:
@@ -485,35 +569,40 @@ class Elastic:
         return 0
 
 
-def init_trainer_kvstore(mx, trainer, kv):
-    """Initialise the Trainer's kvstore keys now: rank 0's parameters reach the servers before anyone pulls.
-
-    Left lazy (first ``trainer.step``), MXNet 1.9.1 dist_sync can race the broadcast pull against
-    the first gradient push and hand rank 0 a corrupted weight (seen: a layer's weights ~0 on rank 0
-    only).  ``Trainer._init_params`` broadcasts key by key (init, then pull); here every key is
-    initialised, rank 0 waits for its init pushes (the engine completes them on the servers'
-    answer), a barrier, then every worker pulls: no pull can reach a server before its key's
-    value.  Shared with the plain dist_sync baseline of the benchmarks.
+def _exit_at_once(elastic):
+    """atexit (torch, under the launcher): once training finished or stopped at its boundary, end the process
+    with ``finish()``'s status at once.  torch's own teardown (its atexit handlers and the interpreter's
+    finalisation of its modules and process group) takes seconds on a busy node -- a silent worker the
+    launcher would take for lost -- and now and then aborts ("terminate called without an active
+    exception").  Everything of the job is written by then (checkpoint, events, result); stdio and
+    logging are flushed here.  An uncaught error, or a script that ended otherwise, exits the normal way.
     """
-    if getattr(trainer, "_kvstore_params", None) is None or not hasattr(trainer, "_init_kvstore"):
+    if getattr(sys, "last_value", None) is not None or not (elastic.finished or elastic.stopped):
         return
-    if not trainer._kv_initialized:
-        trainer._init_kvstore()
-    store = trainer._kvstore
-    ready = [p for p in trainer._params_to_init if not p._deferred_init]
-    if store is not None and ready:
-        arrays = [(trainer._param2idx[p.name], p._check_and_get(p._data, list)) for p in ready]
-        for idx, arrs in arrays:
-            store.init(idx, arrs[0])
-        mx.nd.waitall()
-        if "dist" in store.type:
-            store._barrier()
-        for idx, arrs in arrays:
-            store.pull(idx, arrs, priority=-idx)
-        trainer._params_to_init = [p for p in trainer._params_to_init if p._deferred_init]
-    mx.nd.waitall()
-    if "dist" in kv.type:
-        kv._barrier()
+    code = EXIT_STOPPED if elastic.stopped else 0
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
+def _hold_on_peer_errors(elastic):
+    """``sys.excepthook``: an uncaught error that says a peer is gone (raised in the script, e.g. by DDP's
+    backward hooks) first waits for the launcher (``Elastic._hold_for_launcher``); others exit at once."""
+    ref = weakref.ref(elastic)
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        el = ref()
+        if el is not None and isinstance(exc, Exception) and el._peer_error(exc):   # pylint: disable=protected-access
+            el._hold_for_launcher(exc)    # pylint: disable=protected-access
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _weak_handler(method):

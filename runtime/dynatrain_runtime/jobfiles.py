@@ -59,41 +59,77 @@ def append_jsonl(path, record):
             os.fsync(handle.fileno())
 
 
+FLUSH_TIMEOUT = 60.0    # s: longer than one append's lock wait (30 s) plus its fsync
+
+
 class BackgroundAppender:
     """``append_jsonl`` on a thread of its own, records in the order given.
 
     Rank 0's events (one per epoch) are a lock, an append and an fsync on the shared volume:
     round trips on EFS that a dist_sync job would otherwise wait for on every worker.
-    ``flush()`` (also at interpreter exit) returns once every record given so far is written.
+    A record is checked when it is ``put`` (it must be JSON: TypeError at the caller's line,
+    not a dead writer later); a record that cannot be written (a volume error, a lock held too
+    long) is reported on stderr and kept in ``errors``, and the writer goes on.  ``flush()``
+    (also at interpreter exit) waits, at most ``timeout`` s, until every record given so far
+    is handled.
     """
 
     def __init__(self, path):
         self.path = path
+        self.errors = []                 # (record, message) of the records that could not be written
         self._queue = queue.Queue()
         self._thread = None
         self._start_lock = threading.Lock()
+        self._done = threading.Condition()
+        self._pending = 0                # records put and not handled yet
 
     def put(self, record):
+        try:
+            record = json.loads(json.dumps(record, sort_keys=True))    # the check, and a private copy
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"events record is not JSON-serialisable ({exc}): {record!r}") from None
         with self._start_lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dt-events", daemon=True)
                 self._thread.start()
-                atexit.register(self.flush)
+                atexit.register(self.flush, FLUSH_TIMEOUT)
+        with self._done:
+            self._pending += 1
         self._queue.put(record)
 
-    def flush(self):
-        if self._thread is not None:
-            self._queue.join()
+    def flush(self, timeout=FLUSH_TIMEOUT):
+        """Wait until every record put so far is handled; False (reported) when ``timeout`` s ran out."""
+        deadline = time.monotonic() + timeout
+        with self._done:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._thread is not None and not self._thread.is_alive()):
+                    print(f"dynatrain_runtime: {self._pending} record(s) not written to {self.path} "
+                          f"within {timeout:.0f} s", file=sys.stderr, flush=True)
+                    return False
+                self._done.wait(min(left, 1.0))
+        return True
 
     def _run(self):
         while True:
             record = self._queue.get()
             try:
                 append_jsonl(self.path, record)
-            except OSError as exc:
-                print(f"dynatrain_runtime: cannot append to {self.path}: {exc}", file=sys.stderr, flush=True)
+            except Exception as exc:            # noqa: BLE001 - whatever it is, the writer must go on
+                self._report(record, exc)
             finally:
-                self._queue.task_done()
+                with self._done:
+                    self._pending -= 1
+                    self._done.notify_all()
+
+    def _report(self, record, exc):
+        message = f"cannot append to {self.path}: {type(exc).__name__}: {exc}"
+        self.errors.append((record, message))
+        del self.errors[:-100]                  # the newest ones: enough to say what went wrong
+        try:
+            print(f"dynatrain_runtime: {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):           # no stderr left (interpreter exit)
+            pass
 
 
 def write_stop_request(files, generation, reason, at="step"):

@@ -31,6 +31,11 @@ import time
 EXIT_STOPPED = 75          # stopped at a boundary on request; checkpoint written
 EXIT_RETIRED = 0           # a pre-warmed process that was never used
 EXIT_ORPHANED = 70         # the launcher (or the ssh session) went away
+# The launcher's own exit statuses.  Its systemd unit restarts it on any failure but the final
+# ones (RestartPreventExitStatus=1 2): those need a person, and status.json says why.
+EXIT_GAVE_UP = 1           # final: too many failed generations, or checkpoints exist and none verifies
+EXIT_NO_HOST_WORKER = 2    # final: no valid host_worker
+EXIT_CRASHED = 3           # an unexpected error: restarted, it resumes from the last checkpoint
 MSG_PREFIX = "@@DT "       # worker -> launcher messages on stdout
 RESIZE_AT = ("step", "epoch")
 # launcher -> worker commands and the worker's answer (the one home of these names)

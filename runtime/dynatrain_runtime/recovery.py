@@ -27,7 +27,9 @@ cost, a few tens of ms of training) plus one step.  With steps longer than 50 co
 step's gradients, that step too.  Redone steps never reached the audit (it is written with
 the snapshot), so every sample is still used once per epoch.
 
-MXNet is passed in (``mx``); the meta handling is pure Python.
+MXNet is passed in (``mx``); the meta handling is pure Python and shared with the torch
+engine's snapshot (``engines.torch.TorchSnapshot``: CPU clones of the model's and the
+optimizer's ``state_dict``, complete when taken).
 """
 
 from __future__ import annotations
@@ -63,15 +65,10 @@ class BoundarySnapshot:
         complete: one that depends on a collective that may never finish (a dead peer)
         must never replace a good one.
         """
-        meta = {k: v for k, v in meta.items() if k != "audit"}
-        if meta.get("lr_state") is not None:        # the only mutable part: a private copy
-            meta["lr_state"] = dict(meta["lr_state"])
+        meta, audit = boundary_meta(meta, audit_log)
         params = {key: p._reduce() for key, p in net._collect_params_with_prefix().items()}
         states = {i: _copy_state(s) for i, s in trainer._updaters[0].states.items()}
         blob = pickle.dumps(trainer._updaters[0].optimizer)
-        audit = None
-        if audit_log is not None:
-            audit = (audit_log, len(audit_log["steps"]), len(audit_log["completed_epochs"]))
         return cls(meta["step"], meta, params, states, blob, audit, complete=False)
 
     @classmethod
@@ -116,6 +113,19 @@ class BoundarySnapshot:
                 handle.write(pickle.dumps((self.states, pickle.loads(self.optimizer_blob))))
 
         return store.write(self.step, self.checkpoint_meta(**recovery), payload)
+
+
+def boundary_meta(meta, audit_log=None):
+    """``(meta, audit)`` of a snapshot: a private copy of the checkpoint meta without ``audit``, and the
+    append-only ``audit_log`` kept by reference with its lengths (``None`` without the audit mode).
+    Shared by every engine's snapshot."""
+    meta = {k: v for k, v in meta.items() if k != "audit"}
+    if meta.get("lr_state") is not None:        # the only mutable part: a private copy
+        meta["lr_state"] = dict(meta["lr_state"])
+    audit = None
+    if audit_log is not None:
+        audit = (audit_log, len(audit_log["steps"]), len(audit_log["completed_epochs"]))
+    return meta, audit
 
 
 def _copy_state(state):

@@ -90,11 +90,12 @@ def test_job_array_across_two_regions_and_one_without_capacity(cloud, tmp_path):
     for region, name, _workers, _args in ROWS:
         assert not _left(env, "%s-%s" % (ARRAY, name), region), (name, region)
     # the results are checked: leave the bucket as this test found it (test_elastic.py's last
-    # teardown, with delete_checkpoints=true, then finds it empty and deletes it)
+    # teardown, with delete_checkpoints=true, then finds it empty and deletes it). The bucket is
+    # versioned: every version and delete marker goes, else the bucket is never empty.
     for _region, name, _workers, _args in ROWS:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="%s-%s/" % (ARRAY, name)):
-            for obj in page.get("Contents", []):
-                s3.delete_object(Bucket=bucket, Key=obj["Key"])
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix="%s-%s/" % (ARRAY, name)):
+            for obj in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                s3.delete_object(Bucket=bucket, Key=obj["Key"], VersionId=obj["VersionId"])
     summary = re.search(r"wall time (\d+) s vs (\d+) s", out)
     assert summary and int(summary.group(1)) < int(summary.group(2)), out[-3000:]
     print("\njob array (2 regions + 1 without capacity): wall %s s vs %s s one after another; "

@@ -312,6 +312,16 @@ def test_elastic_membership_end_to_end(cloud):
         assert s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
         blocked = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
         assert blocked and all(blocked.values()), blocked
+        # issue 27: versioned, incomplete uploads aborted, every request without TLS denied; the master's
+        # role carries the permissions boundary (and the copy below still works under that bucket policy)
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+        rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+        assert any(r.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation") == 1 for r in rules), rules
+        denies = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])["Statement"]
+        assert any(d["Effect"] == "Deny" and d["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+                   for d in denies), denies
+        role = _boto(env, "iam").get_role(RoleName="dynatrain-%s-master" % CLUSTER)["Role"]
+        assert role["PermissionsBoundary"]["PermissionsBoundaryArn"].endswith(":policy/dynatrain-master-boundary")
         running = {ip: n for ip, n in _nodes(env).items() if n["state"] == "running"}
         profiles = {ip: (i.get("IamInstanceProfile") or {}).get("Arn", "") for ip, n in running.items()
                     for r in ec2.describe_instances(InstanceIds=[n["id"]])["Reservations"] for i in r["Instances"]}

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 IAM = ROOT / "docs" / "iam"
@@ -206,6 +207,7 @@ SCOPED_BY_RESOURCE = {
     "CheckpointBucketOfTheAccount": ["arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID"],
     "DeleteOnlyTheClusterCheckpoints": ["arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID/CLUSTER_NAME/*"],
     "MasterRoleOfTheCluster": ["arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"],
+    "MasterRoleOnlyWithinTheBoundary": ["arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"],
     "MasterInstanceProfileOfTheCluster": ["arn:aws:iam::ACCOUNT_ID:instance-profile/dynatrain-CLUSTER_NAME-master"],
     "PassTheMasterRoleToItsInstance": ["arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"],
 }
@@ -219,17 +221,27 @@ def _import_request_log():
     return request_log
 
 
+# Issue 27: the explicit denies that keep the master's role inside its permissions boundary whatever
+# else the identity is granted; nothing else is denied.
+DENIES = {"NeverWidenTheMasterRoleOutsideTheBoundary", "NeverRemoveTheBoundaryNorAttachPolicies",
+          "NeverEditTheBoundary"}
+
+
 @pytest.fixture(scope="module")
 def controller():
-    return _load(CONTROLLER_FILE)["Statement"]
+    """The controller policy's grants (its Allow statements)."""
+    return [s for s in _load(CONTROLLER_FILE)["Statement"] if s["Effect"] == "Allow"]
 
 
 def test_controller_policy_has_no_wildcard_action_and_unique_sids(controller):
     assert _load(CONTROLLER_FILE)["Version"] == "2012-10-17"
-    sids = [s["Sid"] for s in controller]
+    everything = _load(CONTROLLER_FILE)["Statement"]
+    sids = [s["Sid"] for s in everything]
     assert len(set(sids)) == len(sids), sids
-    for statement in controller:
-        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+    assert {s["Sid"] for s in everything if s["Effect"] != "Allow"} == DENIES
+    for statement in everything:
+        assert statement["Effect"] in ("Allow", "Deny")
+        assert "NotAction" not in statement and "NotResource" not in statement
         for action in _actions(statement):
             assert "*" not in action, (statement["Sid"], action)
 
@@ -251,8 +263,8 @@ def test_controller_mutations_are_scoped_by_the_cluster_tag(controller):
 
 def test_iam_actions_are_service_linked_roles_or_the_clusters_master_role(controller):
     master = [s for s in controller if s["Sid"] in SCOPED_BY_RESOURCE and any(a.startswith("iam:") for a in _actions(s))]
-    assert {s["Sid"] for s in master} == {"MasterRoleOfTheCluster", "MasterInstanceProfileOfTheCluster",
-                                          "PassTheMasterRoleToItsInstance"}
+    assert {s["Sid"] for s in master} == {"MasterRoleOfTheCluster", "MasterRoleOnlyWithinTheBoundary",
+                                          "MasterInstanceProfileOfTheCluster", "PassTheMasterRoleToItsInstance"}
     (passing,) = [s for s in master if "iam:PassRole" in _actions(s)]
     assert _actions(passing) == ["iam:PassRole"]
     assert passing["Condition"]["StringEquals"]["iam:PassedToService"] == "ec2.amazonaws.com"
@@ -282,7 +294,7 @@ def test_coverage_file_gives_a_reason_for_each_entry_and_readme_names_each_state
     for action, why in coverage["called_not_needed"].items():
         assert action not in allowed and len(why) > 20, action
     readme = (IAM / "README.md").read_text(encoding="utf-8")
-    for statement in controller:
+    for statement in _load(CONTROLLER_FILE)["Statement"]:
         assert f"`{statement['Sid']}`" in readme, statement["Sid"]
 
 
@@ -315,3 +327,152 @@ def test_product_calls_are_told_from_the_tests_and_the_clouds_own():
     policy = {"Statement": [{"Effect": "Allow", "Action": "ec2:A"}, {"Effect": "Allow", "Action": ["ec2:B", "ec2:C"]},
                             {"Effect": "Deny", "Action": "ec2:D"}]}
     assert request_log.policy_actions(policy) == {"ec2:A", "ec2:B", "ec2:C"}
+
+
+# --- issue 27: the controller cannot widen the master's role (a permissions boundary) ---
+
+BOUNDARY_FILE = IAM / "master-boundary-policy.json"
+BOUNDARY = "arn:aws:iam::ACCOUNT_ID:policy/dynatrain-master-boundary"
+MASTER_ROLE = "arn:aws:iam::ACCOUNT_ID:role/dynatrain-CLUSTER_NAME-master"
+
+
+def _matches(pattern, value):
+    return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), value) is not None
+
+
+def _condition_holds(condition, context):
+    """StringEquals / StringNotEquals / StringLike / Bool, as IAM evaluates them (a missing key: the
+    positive operators do not hold, StringNotEquals does)."""
+    for operator, values in (condition or {}).items():
+        for key, expected in values.items():
+            expected = _as_list(expected)
+            if operator.startswith("ForAllValues:"):
+                continue  # tag keys of a request: not part of these scenarios
+            actual = context.get(key)
+            if operator == "StringNotEquals":
+                if actual is not None and actual in expected:
+                    return False
+            elif actual is None:
+                return False
+            elif operator in ("StringEquals", "Bool") and actual not in expected:
+                return False
+            elif operator == "StringLike" and not any(_matches(e, actual) for e in expected):
+                return False
+    return True
+
+
+def decide(policy, action, resource, context=None):
+    """IAM's decision for one request under one identity policy: 'deny' (explicit), 'allow' or
+    'implicit' (no statement allows it)."""
+    allowed = False
+    for statement in policy["Statement"]:
+        if not any(_matches(a, action) for a in _actions(statement)):
+            continue
+        if not any(_matches(r, resource) for r in _as_list(statement["Resource"])):
+            continue
+        if not _condition_holds(statement.get("Condition"), context or {}):
+            continue
+        if statement["Effect"] == "Deny":
+            return "deny"
+        allowed = True
+    return "allow" if allowed else "implicit"
+
+
+def test_the_evaluator_follows_iam():
+    policy = {"Statement": [
+        {"Effect": "Allow", "Action": "s3:Get*", "Resource": "arn:aws:s3:::b/*"},
+        {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/secret/*"},
+        {"Effect": "Allow", "Action": "iam:PutRolePolicy", "Resource": "r",
+         "Condition": {"StringEquals": {"iam:PermissionsBoundary": "p"}}}]}
+    assert decide(policy, "s3:GetObject", "arn:aws:s3:::b/x") == "allow"
+    assert decide(policy, "s3:GetObject", "arn:aws:s3:::b/secret/x") == "deny"
+    assert decide(policy, "s3:PutObject", "arn:aws:s3:::b/x") == "implicit"
+    assert decide(policy, "iam:PutRolePolicy", "r", {"iam:PermissionsBoundary": "p"}) == "allow"
+    assert decide(policy, "iam:PutRolePolicy", "r", {}) == "implicit"
+
+
+@pytest.mark.parametrize("action,context,expected", [
+    # bootstrap: the role is created, and its inline policy written, only with the boundary on it
+    ("iam:CreateRole", {"iam:PermissionsBoundary": BOUNDARY}, "allow"),
+    ("iam:PutRolePolicy", {"iam:PermissionsBoundary": BOUNDARY}, "allow"),
+    ("iam:PutRolePermissionsBoundary", {"iam:PermissionsBoundary": BOUNDARY}, "allow"),
+    # without it, or with another one: refused whatever else the identity holds
+    ("iam:CreateRole", {}, "deny"),
+    ("iam:PutRolePolicy", {}, "deny"),
+    ("iam:PutRolePolicy", {"iam:PermissionsBoundary": "arn:aws:iam::ACCOUNT_ID:policy/AdministratorAccess"}, "deny"),
+    ("iam:PutRolePermissionsBoundary", {"iam:PermissionsBoundary": "arn:aws:iam::aws:policy/AdministratorAccess"},
+     "deny"),
+    # the boundary cannot be taken off, and no managed policy attached
+    ("iam:DeleteRolePermissionsBoundary", {"iam:PermissionsBoundary": BOUNDARY}, "deny"),
+    ("iam:AttachRolePolicy", {"iam:PermissionsBoundary": BOUNDARY,
+                              "iam:PolicyARN": "arn:aws:iam::aws:policy/AdministratorAccess"}, "deny"),
+    ("iam:UpdateAssumeRolePolicy", {"iam:PermissionsBoundary": BOUNDARY}, "implicit"),
+    # teardown may still delete it
+    ("iam:DeleteRolePolicy", {"iam:PermissionsBoundary": BOUNDARY}, "allow"),
+    ("iam:DeleteRole", {"iam:PermissionsBoundary": BOUNDARY}, "allow"),
+])
+def test_the_controller_changes_the_master_role_only_within_its_boundary(action, context, expected):
+    assert decide(_load(CONTROLLER_FILE), action, MASTER_ROLE, context) == expected
+
+
+@pytest.mark.parametrize("action", ["iam:CreatePolicy", "iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion",
+                                    "iam:DeletePolicyVersion", "iam:DeletePolicy"])
+def test_the_controller_cannot_write_the_boundary_itself(action):
+    assert decide(_load(CONTROLLER_FILE), action, BOUNDARY) == "deny"
+
+
+def test_no_other_role_or_policy_can_be_created_or_changed():
+    policy = _load(CONTROLLER_FILE)
+    other = "arn:aws:iam::ACCOUNT_ID:role/anything-else"
+    for action in ("iam:CreateRole", "iam:PutRolePolicy", "iam:AttachRolePolicy", "iam:PassRole"):
+        assert decide(policy, action, other, {"iam:PermissionsBoundary": BOUNDARY,
+                                              "iam:PassedToService": "ec2.amazonaws.com"}) == "implicit", action
+    iam = {a for s in policy["Statement"] if s["Effect"] == "Allow" for a in _actions(s) if a.startswith("iam:")}
+    assert not iam & {"iam:CreatePolicy", "iam:CreatePolicyVersion", "iam:SetDefaultPolicyVersion",
+                      "iam:AttachRolePolicy", "iam:DeleteRolePermissionsBoundary", "iam:UpdateAssumeRolePolicy",
+                      "iam:AttachUserPolicy", "iam:PutUserPolicy", "iam:CreateAccessKey"}
+
+
+def test_the_boundary_allows_only_the_checkpoint_bucket():
+    boundary = _load(BOUNDARY_FILE)
+    assert boundary["Version"] == "2012-10-17"
+    actions = set()
+    for statement in boundary["Statement"]:
+        assert statement["Effect"] == "Allow" and "NotAction" not in statement and "NotResource" not in statement
+        actions |= set(_actions(statement))
+        for resource in _as_list(statement["Resource"]):
+            assert resource.startswith("arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID"), resource
+    assert actions == {"s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:ListBucket"}
+    # the most any policy written into the master's role can do
+    for action, resource in [("s3:PutObject", "arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID/c/job/x"),
+                             ("s3:ListBucket", "arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID")]:
+        assert decide(boundary, action, resource) == "allow"
+    for action, resource in [("ec2:RunInstances", "arn:aws:ec2:REGION:ACCOUNT_ID:instance/i-1"),
+                             ("iam:PutRolePolicy", MASTER_ROLE), ("s3:GetObject", "arn:aws:s3:::another-bucket/x"),
+                             ("s3:DeleteObjectVersion", "arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID/c/x"),
+                             ("s3:PutBucketPolicy", "arn:aws:s3:::dynatrain-checkpoints-ACCOUNT_ID")]:
+        assert decide(boundary, action, resource) == "implicit", action
+
+
+def test_the_masters_own_policy_fits_inside_the_boundary():
+    """What checkpoint_policy.json.j2 grants (resume_from aside) is inside the boundary, so the boundary
+    takes nothing from the master that it needs."""
+    template = (ROOT / "roles" / "cluster" / "templates" / "checkpoint_policy.json.j2").read_text(encoding="utf-8")
+    own = set(re.findall(r"'(s3:[A-Z][A-Za-z]+)'", template))
+    assert own and own <= {a for s in _load(BOUNDARY_FILE)["Statement"] for a in _actions(s)}
+
+
+def test_bootstrap_sets_the_boundary_on_the_role_it_creates():
+    tasks = yaml.safe_load((ROOT / "roles" / "cluster" / "tasks" / "checkpoints.yml").read_text(encoding="utf-8"))
+
+    def walk(items):
+        for task in items:
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key, []))
+
+    roles = [t["amazon.aws.iam_role"] for t in walk(tasks) if "amazon.aws.iam_role" in t]
+    assert roles and all("_cluster_boundary_arn" in r.get("boundary", "") for r in roles)
+    default = yaml.safe_load((ROOT / "roles" / "cluster" / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    assert default["cluster_permissions_boundary"] == ""
+    assert ":policy/dynatrain-master-boundary" in json.dumps(tasks)

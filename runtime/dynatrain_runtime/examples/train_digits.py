@@ -1,5 +1,7 @@
-"""Example elastic training script: a Gluon MLP (or a small conv net) on scikit-learn's digits (8x8, 10 classes).
+"""Example elastic training script: an MLP (or a small conv net) on scikit-learn's digits (8x8, 10 classes).
 
+MXNet Gluon (default) or PyTorch (``--engine torch``, or ``$DT_ENGINE`` -- the launcher's ``--engine``
+sets it -- the same data, global batch, flags and accuracy; the torch side is ``torch_digits``).
 Installed as ``dt-train-digits``.  Runs under the launcher (kvstore dist_sync, one process per worker host) or alone
 (local kvstore, one worker), on the node's devices (``el.ctx``: every GPU of the node, else the CPU): each
 worker's share of a step is split across them (``gluon.utils.split_and_load``).  Per epoch it prints loss/accuracy and appends an
@@ -17,6 +19,7 @@ import time
 import numpy as np
 
 from dynatrain_runtime import BATCH_POLICIES, Elastic
+from dynatrain_runtime.engines import ENGINES, engine_name
 
 DEFAULT_DATA = os.environ.get("DT_DATA_PATH", "/var/lib/dynatrain/data/digits.npz")
 MODELS = ("mlp", "conv")
@@ -94,7 +97,9 @@ def train_step(net, loss_fn, ctx, x, y, w):
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description="Elastic MXNet Gluon MLP on the digits data set")
+    ap = argparse.ArgumentParser(description="Elastic MLP / conv net on the digits data set (MXNet Gluon or PyTorch)")
+    ap.add_argument("--engine", choices=ENGINES, default=None,
+                    help="mxnet (Gluon, dist_sync) or torch (DDP) [$DT_ENGINE, else mxnet]")
     ap.add_argument("--data", default=DEFAULT_DATA, help="prepared .npz (dt-prepare-digits) [%(default)s]")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--global-batch", type=int, default=64,
@@ -118,8 +123,10 @@ def parse_args(argv=None):
                     help="record the sample indices of every committed step (test mode)")
     ap.add_argument("--step-sleep", type=float, default=0.0, help="sleep per step, seconds (tests/benchmarks)")
     ap.add_argument("--result", default=None, help="result JSON (default $EFS_MOUNT/results/final.json)")
-    ap.add_argument("--kvstore", default="dist_sync")
-    return ap.parse_args(argv)
+    ap.add_argument("--kvstore", default="dist_sync", help="(mxnet) the kvstore type [%(default)s]")
+    args = ap.parse_args(argv)
+    args.engine = engine_name(args.engine)
+    return args
 
 
 def load_data(path, seed, val_fraction):
@@ -133,9 +140,48 @@ def load_data(path, seed, val_fraction):
     return x[train], y[train], x[val], y[val]
 
 
+def epoch_reporter(el, args, val_accuracy):
+    """The ``on_epoch_end`` callback: rank 0 validates (every --eval-every epochs), prints and logs the epoch."""
+    def epoch_end(summary):
+        if el.rank != 0:
+            return
+        last = summary["epoch"] + 1 == args.epochs
+        if last or (args.eval_every and (summary["epoch"] + 1) % args.eval_every == 0):
+            summary["val_acc"] = val_accuracy()
+        s = summary
+        val = f" val_acc {s['val_acc']:.4f}" if "val_acc" in s else ""
+        print(f"epoch {s['epoch']} step {s['step']} world {s['world']} train_loss {s['train_loss']:.4f} "
+              f"train_acc {s['train_acc']:.4f}{val} samples/s {s['samples_per_s']:.1f}", flush=True)
+        el.log_event("epoch", **summary)
+    return epoch_end
+
+
+def say_start(el, num_train, num_val, devices):
+    if el.rank == 0:
+        print(f"train_digits: rank 0 of {el.world}, generation {el.generation}, start at epoch {el.epoch} "
+              f"step {el.step} (pos {el.pos}), {num_train} train / {num_val} val, "
+              f"engine {el.engine_name}, devices {devices}", flush=True)
+
+
+def write_final(el, args, val_accuracy, num_train, num_val):
+    """Rank 0, once training finished: the validation accuracy into the result JSON and events.jsonl."""
+    if el.finished and el.rank == 0:
+        acc = val_accuracy()
+        path = el.write_result({"val_acc": acc, "num_train": num_train, "num_val": num_val,
+                                "global_batch": args.global_batch, "batch_policy": args.batch_policy,
+                                "seed": args.seed, "engine": el.engine_name, "model": args.model},
+                               path=args.result)
+        el.log_event("train_end", val_acc=acc, step=el.step, epoch=el.epoch, result=path)
+        print(f"train_digits: finished: val_acc {acc:.4f} after {el.epoch} epochs, {el.step} steps -> {path}",
+              flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     x_train, y_train, x_val, y_val = load_data(args.data, args.seed, args.val_fraction)
+    if args.engine == "torch":
+        from dynatrain_runtime.examples.torch_digits import train_torch
+        return train_torch(args, x_train, y_train, x_val, y_val)
     # MXNet is imported before the launcher assigns this (possibly pre-warmed) process its role.
     import mxnet as mx
     from mxnet import gluon, nd
@@ -145,7 +191,7 @@ def main(argv=None):
                  per_worker_batch=args.per_worker_batch, warmup_steps=args.warmup_steps,
                  checkpoint_every=args.checkpoint_every, audit_samples=args.audit_samples,
                  checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints,
-                 kvstore=args.kvstore)
+                 kvstore=args.kvstore, engine="mxnet")
     mx.random.seed(args.seed)
     net = build_net(args.model, args.hidden)
     ctx = el.ctx                                             # the node's GPUs, or [cpu]
@@ -161,23 +207,8 @@ def main(argv=None):
     def val_accuracy():
         return float((forward_eval(net, xv).argmax(axis=1).asnumpy() == yv).mean())
 
-    def epoch_end(summary):
-        if el.rank != 0:
-            return
-        last = summary["epoch"] + 1 == args.epochs
-        if last or (args.eval_every and (summary["epoch"] + 1) % args.eval_every == 0):
-            summary["val_acc"] = val_accuracy()
-        s = summary
-        val = f" val_acc {s['val_acc']:.4f}" if "val_acc" in s else ""
-        print(f"epoch {s['epoch']} step {s['step']} world {s['world']} train_loss {s['train_loss']:.4f} "
-              f"train_acc {s['train_acc']:.4f}{val} samples/s {s['samples_per_s']:.1f}", flush=True)
-        el.log_event("epoch", **summary)
-
-    el.on_epoch_end(epoch_end)
-    if el.rank == 0:
-        print(f"train_digits: rank 0 of {el.world}, generation {el.generation}, start at epoch {el.epoch} "
-              f"step {el.step} (pos {el.pos}), {len(x_train)} train / {len(x_val)} val, "
-              f"devices {','.join(str(c) for c in ctx)}", flush=True)
+    el.on_epoch_end(epoch_reporter(el, args, val_accuracy))
+    say_start(el, len(x_train), len(x_val), ",".join(str(c) for c in ctx))
     for batch in el.batches():
         # weights: 1 per sample of the share, 0 for a placeholder (no sample for us: take part, add nothing)
         idx, w = device_shares(batch.indices, batch.weights, len(ctx))
@@ -187,14 +218,7 @@ def main(argv=None):
             batch.report(loss=loss, correct=correct)
         if args.step_sleep:
             time.sleep(args.step_sleep)
-    if el.finished and el.rank == 0:
-        acc = val_accuracy()
-        path = el.write_result({"val_acc": acc, "num_train": len(x_train), "num_val": len(x_val),
-                                "global_batch": args.global_batch, "batch_policy": args.batch_policy,
-                                "seed": args.seed}, path=args.result)
-        el.log_event("train_end", val_acc=acc, step=el.step, epoch=el.epoch, result=path)
-        print(f"train_digits: finished: val_acc {acc:.4f} after {el.epoch} epochs, {el.step} steps -> {path}",
-              flush=True)
+    write_final(el, args, val_accuracy, len(x_train), len(x_val))
     return el.finish()
 
 

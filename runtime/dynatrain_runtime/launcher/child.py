@@ -25,8 +25,8 @@ def _kill_group(proc, grace=3.0):
             os.killpg(proc.pid, sig)
         except OSError:
             return
-        deadline = time.time() + wait
-        while time.time() < deadline:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return
             time.sleep(0.05)

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..engines import ENGINES
 from ..protocol import RESIZE_AT
 from .child import child_main
 from .loop import Launcher
@@ -27,12 +28,18 @@ def servers_arg(value):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         prog="dt-launcher",
-        description="Elastic MXNet parameter-server launcher of dynatrain.elastic (runs on the master).",
+        description="Elastic training launcher of dynatrain.elastic (runs on the master): MXNet parameter-server "
+                    "jobs or PyTorch torch.distributed jobs.",
         epilog="Arguments after -- go to the training script.")
     ap.add_argument("--efs-mount", default=os.environ.get("EFS_MOUNT", "/myEFSvolume"),
                     help="shared volume with host_worker, host_worker_log, checkpoints/ [%(default)s]")
     ap.add_argument("--python", default=sys.executable,
-                    help="node Python with MXNet and dynatrain_runtime, the same path on every node [%(default)s]")
+                    help="node Python with the engine's framework and dynatrain_runtime, the same path on every "
+                         "node [%(default)s]")
+    ap.add_argument("--engine", choices=ENGINES, default="mxnet",
+                    help="mxnet: scheduler + servers + one worker per host (dist_sync); torch: one worker per host "
+                         "with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=master, a fresh MASTER_PORT per "
+                         "generation), no servers [%(default)s]")
     ap.add_argument("--script", required=True,
                     help="training script: a path (the same on every node) or a module name run with -m")
     ap.add_argument("--transport", choices=("ssh", "local"), default="ssh",
@@ -45,7 +52,8 @@ def parse_args(argv=None):
                     help="addresses of this machine, run without ssh (the master always is)")
     ap.add_argument("--master", default=None, help="master IP [last line of host_worker]")
     ap.add_argument("--resize-at", choices=RESIZE_AT, default="step")
-    ap.add_argument("--port-base", type=int, default=9091, help="scheduler port = base + generation %% 500")
+    ap.add_argument("--port-base", type=int, default=9091,
+                    help="scheduler (torch: MASTER_PORT) port = base + generation %% 500")
     ap.add_argument("--num-servers", "--servers", dest="num_servers", type=servers_arg, default=1,
                     help="parameter servers: N on the master, or 'per-node' (one on every member host, next to "
                          "its worker: MXNet's usual layout; all restart with each generation) [%(default)s]")

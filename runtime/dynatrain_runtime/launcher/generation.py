@@ -1,4 +1,8 @@
-"""One process group of the job: its membership, its processes and how it is doing."""
+"""One process group of the job: its membership, its processes and how it is doing.
+
+Every time here is ``time.monotonic()`` (so is the ``now`` the checks are given): a step of the
+wall clock (NTP, a VM resumed) must not look like silence or a stall.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ class Generation:
         self.resume_step = resume[1]["step"] if resume else 0
         self.workers = {}                       # ip -> Proc
         self.servers = []                       # scheduler first
-        self.started = time.time()
+        self.started = time.monotonic()
         self.first_step_at = None
         self.stop_at = None
         self.stop_reason = None
@@ -27,7 +31,7 @@ class Generation:
         self.stop_boundary = None               # the step S sent in "stop_at"
         self.exited = {}                        # ip -> rc
         self.hb = {}                            # ip -> last hb msg
-        self.progress_at = time.time()
+        self.progress_at = time.monotonic()
         self.max_step = self.resume_step
         self.started_hosts = set()
         self.done = False
@@ -60,7 +64,7 @@ class Generation:
         self.started_hosts.add(proc.host)
         step = int(msg.get("step", 0))
         if step > self.max_step:
-            now = time.time()
+            now = time.monotonic()
             if self._rate_ref is not None and self.first_step_at is not None:
                 per_step = (now - self._rate_ref[0]) / (step - self._rate_ref[1])
                 self.step_time = per_step if not self.step_time else 0.7 * self.step_time + 0.3 * per_step
@@ -89,6 +93,8 @@ class Generation:
             self.exited[host] = rc
             if rc == 0 or (rc == EXIT_STOPPED and self.stop_at is not None):
                 continue
+            if w.stopped or getattr(w, "done", False):
+                continue    # it reported its boundary (or the end) before: how its exit went changes nothing
             hint = " (ssh: host unreachable?)" if rc == 255 else ""
             failed[host] = f"worker process exited with status {rc}{hint}"
         for s in self.servers:
@@ -107,10 +113,11 @@ class Generation:
 
         A worker that reported "stopped" at the stop boundary is left out: it is winding down
         (interpreter exit silences its alive thread; ps-lite's finalize may wait for its peers)
-        while rank 0 may still be writing the stop checkpoint on a slow volume."""
+        while rank 0 may still be writing the stop checkpoint on a slow volume.  So is one that said
+        "done" (training finished): a torch process's interpreter exit alone can take seconds."""
         out = {}
         for host, w in self.workers.items():
-            if host in self.exited or host in failed or w.stopped:
+            if host in self.exited or host in failed or w.stopped or getattr(w, "done", False):
                 continue
             if w.last_alive is None and now - self.started > start_timeout:
                 out[host] = f"worker did not start within {start_timeout:.0f} s"
@@ -132,6 +139,11 @@ class Generation:
             return {h: f"stalled at step {(self.workers[h].last_hb or {}).get('step')} "
                        f"while others reached {self.max_step}" for h in behind}
         return {master: f"no progress for {now - ref:.0f} s (whole job stalled)"}
+
+    def finished_training(self):
+        """Every worker said "done" or exited with status 0: the job is complete (some may still be exiting)."""
+        return self.done and all(getattr(w, "done", False) or self.exited.get(host) == 0
+                                 for host, w in self.workers.items())
 
     def stopped_at_boundary(self):
         """Every worker is past the stop boundary and rank 0 has checkpointed."""

@@ -9,6 +9,10 @@ from the state of the last completed step, which one survivor writes as a recove
 checkpoint when asked (``--recovery survivor``, default); only when no survivor gives it
 within ``--recover-timeout`` does it resume from the last regular checkpoint.
 SIGTERM: stop at the next boundary, checkpoint, exit 0.
+Every interval and timeout is measured on the monotonic clock (a wall-clock step must not
+mark workers FAILED); wall-clock times only go into the records.  An unexpected error ends
+the launcher with EXIT_CRASHED, which systemd restarts; only the final statuses (gave up,
+no valid host_worker, no checkpoint that verifies) need a person, and status.json says why.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import json
 import os
 import queue
 import signal
+import sys
 import threading
 import time
+import traceback
 
-from ..checkpoint import CheckpointStore
-from ..protocol import MSG_STOP_ACK, stop_at_command, stop_command
+from ..checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
+from ..protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
+                        stop_command)
 from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
                         read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
 from .generation import Generation
@@ -29,7 +36,11 @@ from .membership import Membership
 from .proc import Proc, reap
 from .records import Records
 from .spares import SparePool, server_hosts
+from .torchenv import free_port, torch_worker_env
 from .transport import Transport
+
+
+RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
 
 
 class Launcher:
@@ -40,10 +51,15 @@ class Launcher:
         self.store = CheckpointStore(self.files.checkpoints)
         self.records = Records(self.files, args.status_interval)
         self.out, self.event = self.records.out, self.records.event
+        self.store.warn = self._checkpoint_skipped
+        self.exit = None                        # why the launcher ended (status.json), once it did
+        self.warm_seen = {}                     # ip -> (its warm request, monotonic time first seen)
+        self.retry_writes_at = 0.0              # monotonic: when to retry failed log/host_worker writes
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
                                    args.ssh_connect_timeout, args.local_ip)
-        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth)
+        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth,
+                                servers=args.engine == "mxnet")      # torch: workers only
         self.master = args.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
         self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
@@ -59,6 +75,7 @@ class Launcher:
         self.reported_ckpt = None               # the newest checkpoint path a worker reported writing
         self.step_time = 0.0                    # the last generation's observed s/step (timeouts scale)
         self.last_start_s = 0.0                 # the last generation's start -> first step, s
+        self.judge_silence_after = 0.0          # monotonic: no silence judged before (see _note_own_stall)
 
     @property
     def master(self):
@@ -80,7 +97,8 @@ class Launcher:
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
                 "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
                 "spares_wanted": self.spares.wanted_count(),
-                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.joiner_warm(h)]}
+                "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.joiner_warm(h)],
+                "exit": self.exit, "engine": self.args.engine}
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)
@@ -90,7 +108,7 @@ class Launcher:
         env = {"DT_ASSIGN": "stdin", "EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
                "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
                "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or "",
-               "DT_RECOVERY": self.args.recovery}
+               "DT_RECOVERY": self.args.recovery, "DT_ENGINE": self.args.engine}
         if self.args.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
                 env[key] = str(self.args.omp_threads)
@@ -118,47 +136,62 @@ class Launcher:
         resume = self.resume_point()
         gid = self.next_generation_id()
         port = self.args.port_base + (gid % 500)
+        if self.args.engine == "torch":         # the store binds on the master, here: skip a taken port
+            port = free_port(self.args.port_base, gid)
         g = Generation(gid, membership, port, resume)
         self.joining = None
         clear_stop_request(self.files)
-        servers = server_hosts(self.args.num_servers, membership, self.master)
-        ps_env = {"DMLC_PS_ROOT_URI": self.master, "DMLC_PS_ROOT_PORT": str(port),
-                  "DMLC_NUM_SERVER": str(len(servers)), "DMLC_NUM_WORKER": str(len(membership)),
-                  "DT_GENERATION": str(gid), "PS_VERBOSE": "0"}
+        gen_env = {"DT_GENERATION": str(gid)}
         if resume:
-            ps_env["DT_RESUME_PATH"] = resume[0]
+            gen_env["DT_RESUME_PATH"] = resume[0]
         else:
-            ps_env["DT_RESUME"] = "none"
-        # ps-lite has no membership change: every server (and the scheduler) is a new one each generation
-        for role, host in [("scheduler", self.master)] + [("server", h) for h in servers]:
-            proc = self.spares.take(host, "serve")
-            proc.assign(role, gid, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=host))
-            g.servers.append(proc)
+            gen_env["DT_RESUME"] = "none"
+        if self.args.engine == "torch":
+            servers, worker_env = [], torch_worker_env(membership, self.master, port, gid)
+            connect = f"rendezvous {self.master}:{port} (torch.distributed)"
+        else:
+            servers, worker_env = self._start_servers(g, membership, port, gen_env)
+            connect = f"scheduler {self.master}:{port}, {len(servers)} server(s)"
         for host in membership:
             w = self.spares.take(host, "worker")
-            w.assign("worker", gid, dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host))
+            w.assign("worker", gid, dict(gen_env, **worker_env[host]))
             g.workers[host] = w
         self.spares.plan(membership, self.master)   # what to replace (warmed once this group trains)
         self.gen = g
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
-        self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, scheduler {self.master}:{port}, "
-                 f"{len(servers)} server(s), "
-                 f"{start}")
+        self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, {connect}, {start}")
         self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
-                   servers=servers,
+                   servers=servers, engine=self.args.engine,
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
         return g
 
+    def _start_servers(self, g, membership, port, gen_env):
+        """MXNet: the scheduler and the servers of generation ``g``; ``(servers, {host: worker env})``."""
+        servers = server_hosts(self.args.num_servers, membership, self.master)
+        ps_env = dict(gen_env, DMLC_PS_ROOT_URI=self.master, DMLC_PS_ROOT_PORT=str(port),
+                      DMLC_NUM_SERVER=str(len(servers)), DMLC_NUM_WORKER=str(len(membership)), PS_VERBOSE="0")
+        # ps-lite has no membership change: every server (and the scheduler) is a new one each generation
+        for role, host in [("scheduler", self.master)] + [("server", h) for h in servers]:
+            proc = self.spares.take(host, "serve")
+            proc.assign(role, g.id, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=host))
+            g.servers.append(proc)
+        return servers, {host: dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host) for host in membership}
+
     def resume_point(self):
-        """``(path, meta)`` to resume from: the newest checkpoint, trusting the path its writer reported
-        over a directory listing that may lag on a shared volume (``CheckpointStore.newest``)."""
-        return self.store.newest(self.reported_ckpt)
+        """``(path, meta)`` to resume from: the newest checkpoint that verifies, trusting the path its writer
+        reported over a directory listing that may lag on a shared volume (``CheckpointStore.newest``).
+        Raises NoValidCheckpoint when checkpoints exist and none verifies: never a silent fresh start."""
+        return self.store.resume_point(self.reported_ckpt)
+
+    def _checkpoint_skipped(self, path, reason):
+        self.out(f"WARNING checkpoint {path} does not verify, skipped for an older one: {reason}")
+        self.event("checkpoint_damaged", path=path, reason=reason)
 
     def request_stop(self, g, reason):
         if g.stop_at is not None:
             return
-        g.stop_at = time.time()
+        g.stop_at = time.monotonic()
         g.stop_reason = reason
         at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
         g.stop_mode = at
@@ -186,29 +219,32 @@ class Launcher:
             proc.ready = True
             return
         if kind == "alive":
-            proc.last_alive = time.time()
+            proc.last_alive = time.monotonic()
             return
         if g is None or msg.get("generation") != g.id:
             return
-        proc.last_alive = time.time()
+        proc.last_alive = time.monotonic()
         if kind == "hb":
             if g.on_heartbeat(proc, msg):
                 self.on_first_step(g, proc, msg)
         elif kind == "checkpoint":
             g.last_ckpt = self.reported_ckpt = msg.get("path")
-            g.progress_at = time.time()
+            g.progress_at = time.monotonic()
         elif kind == MSG_STOP_ACK:
             g.stop_acks[proc.host] = int(msg.get("step", 0))
         elif kind == "recovery":
-            g.recovery = dict(msg, received_at=time.time())
+            g.recovery = dict(msg, received_at=time.monotonic())
             if msg.get("ok") and msg.get("path"):
                 self.reported_ckpt = msg["path"]
         elif kind == "done":
-            g.done = True
+            g.done = proc.done = True
             g.max_step = max(g.max_step, int(msg.get("step", 0)))
+        elif kind == "peer_lost":               # torch: its collective raised; it waits for "recover"
+            self.out(f"generation {g.id}: worker {proc.host} (rank {msg.get('rank')}) lost a peer at step "
+                     f"{msg.get('step')}: {msg.get('error')}")
 
     def on_first_step(self, g, proc, msg):
-        g.first_step_at = time.time()
+        g.first_step_at = time.monotonic()
         self.last_start_s = g.first_step_at - g.started
         self.failures_without_progress = 0
         self.state = "running"
@@ -270,22 +306,36 @@ class Launcher:
             if ip not in g.membership and ip not in self.draining:
                 clear_drain_request(self.files, ip)
 
+    def _warm_request_age(self, ip, req, now):
+        """Seconds since this launcher first saw the request (``now``: monotonic).  Its ``time`` is the
+        controller's clock, not ours: it only tells a rewritten request from the one seen before."""
+        key = (req.get("time"), req.get("ttl"))
+        seen = self.warm_seen.get(ip)
+        if seen is None or seen[0] != key:
+            seen = self.warm_seen[ip] = (key, now)
+        return now - seen[1]
+
     def _take_warm_requests(self, g, now):
         """Hosts about to join (``control/warm/<ip>.json``, written by add_workers before its host_worker
         edit): their worker process starts now, so the resize after the edit finds it warm.  A request
-        is deleted once its host is a member, or after its ``ttl`` when it never joined."""
+        is deleted once its host is a member, or ``ttl`` s after the launcher first saw it when it never
+        joined (after a launcher restart: a full ``ttl`` again, the safe side)."""
         expected = []
-        for ip, req in read_warm_requests(self.files).items():
+        requests = read_warm_requests(self.files)
+        for ip, req in requests.items():
             try:
-                expired = now - float(req.get("time", now)) > float(req.get("ttl", WARM_TTL))
+                expired = self._warm_request_age(ip, req, now) > float(req.get("ttl", WARM_TTL))
             except (TypeError, ValueError):
                 expired = True
             if ip in g.membership or expired:
                 clear_warm_request(self.files, ip)
+                self.warm_seen.pop(ip, None)
                 if expired and ip not in g.membership:
                     self.event("warm_request_expired", ip=ip)
             else:
                 expected.append(ip)
+        for ip in [ip for ip in self.warm_seen if ip not in requests]:      # deleted by someone else
+            del self.warm_seen[ip]
         started = self.spares.expect(expected)
         if started:
             self.out(f"warm request for {started}: starting their processes before they join")
@@ -293,6 +343,7 @@ class Launcher:
 
     def _check_host_worker(self, g, now):
         """Start a resize when host_worker names another membership (or a node asked to be drained)."""
+        self._retry_membership_writes(now)
         self._take_drains(g)
         self._take_warm_requests(g, now)
         hosts = self.members.read()
@@ -318,6 +369,16 @@ class Launcher:
         self.request_stop(g, "drain" if drained else "resize")      # before the records: they fsync
         self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
         self.event("resize_start", **self.pending_resize)
+
+    def _retry_membership_writes(self, now=None):
+        """Write the log lines and host_worker edits that failed before (a lock held, a volume error);
+        from the loop (``now``) at most every RETRY_WRITES_S: each try may wait for the lock."""
+        if not self.members.behind() or (now is not None and now < self.retry_writes_at):
+            return
+        self.retry_writes_at = time.monotonic() + RETRY_WRITES_S
+        unconfirmed = self.members.retry()
+        if unconfirmed is not None:
+            self.confirm(unconfirmed)
 
     def _joiners_warm(self, added, now):
         """True once every added host has a warm process (or one of them cannot start one, or it took
@@ -348,6 +409,8 @@ class Launcher:
         a = self.args
         start, stall = self.limits(g)
         failed = g.exited_badly(now, self.master)
+        if now < self.judge_silence_after:      # we were frozen ourselves: our view of their silence is stale
+            return failed
         failed.update(g.silent(now, failed, start, a.dead_timeout))
         if not failed:
             failed = g.stalled(now, self.master, start, stall)
@@ -373,14 +436,19 @@ class Launcher:
                            spares=self.spares.wanted_count())
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
+        if g.finished_training():               # the rest is exiting: teardown gives them a moment, then ends them
+            return "done", {}
         return None
 
     def monitor(self, g):
         """Run generation ``g`` until it finishes, stops or fails. Returns (outcome, info)."""
         next_hw = 0.0
+        last_tick = time.monotonic()
         while True:
             self._drain_messages()
-            now = time.time()
+            now = time.monotonic()
+            self._note_own_stall(now - last_tick, now)
+            last_tick = now
             if self.shutdown and g.stop_at is None:
                 self.request_stop(g, "shutdown")
             if now >= next_hw:
@@ -392,12 +460,21 @@ class Launcher:
                 return result
             self.write_status()
 
+    def _note_own_stall(self, gap, now):
+        """A loop turn far longer than its 0.1 s means this process was frozen (SIGSTOP, a paused VM,
+        swapping): the readers' backlog is not queued yet and every worker would look silent.  Judge
+        silence and stalls again only a full dead timeout after we run again."""
+        if gap > self.args.dead_timeout / 2:
+            self.judge_silence_after = now + self.args.dead_timeout
+            self.out(f"the launcher itself was stalled for {gap:.1f} s; no worker is judged silent "
+                     f"for the next {self.args.dead_timeout:.0f} s")
+
     def teardown(self, g, outcome):
         """Stop the generation's processes; the next generation need not wait for their exit."""
         procs = g.procs()
         if outcome == "done":
-            deadline = time.time() + 3.0       # let ps-lite wind down by itself
-            while time.time() < deadline and any(p.poll() is None for p in procs):
+            deadline = time.monotonic() + 3.0       # let ps-lite wind down by itself
+            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
                 time.sleep(0.05)
             reap(procs, 2.0)
             return
@@ -415,17 +492,17 @@ class Launcher:
         """
         if self.args.recovery != "survivor" or g.first_step_at is None:
             return None                         # before its first step the group is at its resume point
-        t0 = time.time()
+        t0 = time.monotonic()
         deadline = t0 + self.args.recover_timeout
         tried = []
         for w in g.survivors(failed):
-            if time.time() >= deadline:
+            if time.monotonic() >= deadline:
                 break
             g.recovery = None
             tried.append(w.host)
             if not w.send({"kind": "recover", "generation": g.id, "failed": sorted(failed)}):
                 continue
-            while g.recovery is None and w.alive() and time.time() < deadline:
+            while g.recovery is None and w.alive() and time.monotonic() < deadline:
                 self._drain_messages()
             answer = g.recovery
             if answer is not None and answer.get("ok"):
@@ -439,7 +516,7 @@ class Launcher:
             why = answer.get("reason") if answer else ("no answer" if w.alive() else "exited")
             self.out(f"generation {g.id}: survivor {w.host} could not give the state: {why}")
         self.event("recovery_unavailable", generation=g.id, tried=tried, failed=sorted(failed),
-                   seconds=round(time.time() - t0, 3))
+                   seconds=round(time.monotonic() - t0, 3))
         return None
 
     def report_failure(self, g, failed):
@@ -455,12 +532,14 @@ class Launcher:
         if drop:
             self.members.drop(drop)
             self.failures_without_progress = 0
+        if g.first_step_at is None and g.resume:
+            self.store.forget(g.resume[0])      # it failed to start: verify its checkpoint again
         latest = self.resume_point()
         resume_step = latest[1]["step"] if latest else 0
         mark = (latest[1].get("recovery") or {}) if latest else {}
         from_survivor = mark.get("generation") == g.id       # (also when its answer came too late)
         stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
-        self.pending_resize = {"detected_at": g.failed_at or time.time(), "from": g.membership,
+        self.pending_resize = {"detected_at": g.failed_at or time.monotonic(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,
                                "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
                                "recovered_from": "survivor" if from_survivor else "checkpoint",
@@ -490,20 +569,29 @@ class Launcher:
             t.join(timeout=10)
         procs = self.spares.procs() + (self.gen.procs() if self.gen is not None else [])
         reap(procs, 1.0)
+        # every writer this launcher started is gone now: what a killed one left is garbage (a restart
+        # after systemd's 2 s would find it too young for the start's age rule)
+        removed = self.store.clean(max_age=0) if self.gen is not None else []
+        if removed:
+            self.out(f"removed unfinished checkpoint writes {removed}")
 
     def wait_for_host_worker(self):
-        deadline = time.time() + self.args.wait_host_worker
+        deadline = time.monotonic() + self.args.wait_host_worker
         while not self.shutdown:
             hosts = self.members.read()
             if hosts:
                 return hosts
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 return None
             time.sleep(self.args.poll_interval)
         return None
 
-    def _finish(self, state, reason, code, **fields):
-        self.event("launcher_exit", reason=reason, **fields)
+    def _finish(self, state, reason, code, message=None, **fields):
+        """End with exit status ``code``; status.json's ``exit`` and stderr say why."""
+        self.exit = dict(fields, reason=reason, code=code, message=message, time=time.time())
+        if message and code:
+            print(f"dt-launcher: {message} (exit status {code})", file=sys.stderr, flush=True)
+        self.event("launcher_exit", reason=reason, code=code, message=message, **fields)
         self.state = state
         self.write_status(force=True)
         return code
@@ -519,11 +607,16 @@ class Launcher:
         except (OSError, ValueError):
             self.gen_counter = 0
         self.install_signals()
-        self.out(f"dynatrain launcher starting: efs {self.efs}, transport {a.transport}, resize at {a.resize_at}, "
+        self.out(f"dynatrain launcher starting: engine {a.engine}, efs {self.efs}, transport {a.transport}, "
+                 f"resize at {a.resize_at}, "
                  f"script {a.script} {' '.join(a.script_args)}")
         self.event("launcher_start", pid=os.getpid(), transport=a.transport, resize_at=a.resize_at,
-                   script=a.script, script_args=a.script_args)
-        latest = self.store.latest()
+                   script=a.script, script_args=a.script_args, engine=a.engine)
+        removed = self.store.clean(max_age=TMP_AGE_AT_START)     # what writers killed with us left
+        if removed:
+            self.out(f"removed unfinished checkpoint writes {removed}")
+            self.event("checkpoint_leftovers_removed", names=removed)
+        latest = self.resume_point()            # refuses when checkpoints exist and none verifies
         if latest and latest[1].get("finished"):
             self.out(f"training already finished (checkpoint {latest[0]}); nothing to do")
             return self._finish("finished", "already_finished", 0, step=latest[1]["step"])
@@ -531,8 +624,10 @@ class Launcher:
             self.master = self.members.master_from_file()
         hosts = self.wait_for_host_worker()
         if not hosts:
-            self.out(f"ERROR: no valid host_worker at {self.files.host_worker}; exiting")
-            return self._finish("failed", "no_host_worker", 0 if self.shutdown else 2, error=self.members.error)
+            message = f"no valid host_worker at {self.files.host_worker}: {self.members.error or 'no workers'}"
+            self.out(f"ERROR: {message}; exiting")
+            return self._finish("failed", "no_host_worker", 0 if self.shutdown else EXIT_NO_HOST_WORKER,
+                                message=None if self.shutdown else message, error=self.members.error)
         if self.master is None:
             self.master = hosts[-1]
         self.membership = hosts
@@ -541,6 +636,36 @@ class Launcher:
         return None
 
     def run(self):
+        """Train until done or stopped; the exit status (``protocol``: final ones need a person)."""
+        try:
+            return self._run()
+        except NoValidCheckpoint as exc:        # a person must choose what to resume from
+            self.out(f"ERROR: {exc}")
+            self._end_processes()
+            return self._finish("failed", "no_valid_checkpoint", EXIT_GAVE_UP, message=str(exc))
+        except Exception as exc:                # noqa: BLE001 - whatever it is, systemd restarts us
+            return self._crashed(exc)
+
+    def _crashed(self, exc):
+        """An unexpected error: end the processes, say so, exit with a status systemd restarts."""
+        detail = traceback.format_exc()
+        try:
+            self.out(f"ERROR: unexpected {type(exc).__name__}: {exc}; exiting with status {EXIT_CRASHED} "
+                     f"(restarted; it resumes from the last checkpoint)\n{detail}")
+            self._end_processes()
+            self._finish("crashed", "crashed", EXIT_CRASHED, message=f"unexpected {type(exc).__name__}: {exc}",
+                         traceback=detail[-4000:])
+        except Exception:                       # noqa: BLE001 - the volume may be what failed
+            traceback.print_exc()
+        return EXIT_CRASHED
+
+    def _end_processes(self):
+        try:
+            self.kill_everything()
+        except Exception:                       # noqa: BLE001 - exiting anyway
+            traceback.print_exc()
+
+    def _run(self):
         code = self._start()
         if code is not None:
             return code
@@ -565,10 +690,11 @@ class Launcher:
             if outcome == "failed":
                 self.handle_failure(g, info, recovery)
                 if self.failures_without_progress > self.args.max_restarts:
-                    self.out(f"ERROR: {self.failures_without_progress} consecutive failed generations "
-                             "without progress; giving up")
+                    message = (f"{self.failures_without_progress} consecutive failed generations without "
+                               "progress; giving up")
+                    self.out(f"ERROR: {message}")
                     self.kill_everything()
-                    return self._finish("failed", "too_many_failures", 1)
+                    return self._finish("failed", "too_many_failures", EXIT_GAVE_UP, message=message)
             if self.shutdown:
                 break
             self._next_membership(outcome, info)
@@ -595,7 +721,7 @@ class Launcher:
         self.kill_everything()
         if self.state != "finished":
             self.state = "stopped"
-            latest = self.resume_point()
+            latest = self.store.newest(self.reported_ckpt)
             self.out(f"stopped cleanly ({self.shutdown}); last checkpoint: {latest[0] if latest else None}")
             self.event("launcher_exit", reason=self.shutdown or "stopped",
                        checkpoint_step=latest[1]["step"] if latest else None)

@@ -1,8 +1,16 @@
-"""The desired membership (``host_worker``) and its audit log (``host_worker_log``), launcher side."""
+"""The desired membership (``host_worker``) and its audit log (``host_worker_log``), launcher side.
+
+Nothing here stops training: the log is read like a write-ahead log (a torn last line is cut
+by the next append, malformed lines are skipped, both reported once), and an append or a
+``host_worker`` edit that fails (a lock held too long, a volume error) is reported and
+retried by the launcher's loop (``retry``) until it goes through.
+"""
 
 from __future__ import annotations
 
 from .. import host_worker_file as hwf
+
+LOCK_TIMEOUT = 5.0      # s: the loop must keep watching its workers; a failed try is retried
 
 
 class Membership:
@@ -15,6 +23,11 @@ class Membership:
         self.text = None          # last text read
         self.error = None         # why the file is not usable now, or None
         self.last_good = []
+        self.queued = []          # (event, ip, fields) not appended yet, in order (FAILED lines)
+        self.unconfirmed = None   # the membership to log once the log can be written again
+        self.pending_drop = set()  # lost workers still to remove from host_worker
+        self.log_error = None     # why the log cannot be written now, or None
+        self._reported = set()    # malformed lines already reported (they stay in the file)
 
     def _validate(self, text):
         path = self.files.host_worker
@@ -52,6 +65,7 @@ class Membership:
         if self.error is not None:
             self.records.out("host_worker is valid again")
             self.records.event("host_worker_ok", hosts=hosts)
+        hosts = [h for h in hosts if h not in self.pending_drop]     # lost: gone, even if not written yet
         self.text, self.error, self.last_good = text, None, hosts
         return hosts
 
@@ -71,42 +85,127 @@ class Membership:
         return hosts[-1] if hosts else None
 
     def logged_members(self):
-        """Hosts whose last host_worker_log event is ADDED."""
+        """Hosts whose last host_worker_log event is ADDED (malformed and torn lines are skipped)."""
+        entries, bad, _torn = hwf.scan_log(self.files.log)
+        self._warn_log("malformed", bad)
         last = {}
-        for _seq, ev, ip, _ns in hwf.read_log(self.files.log):
+        for _seq, ev, ip, _ns in entries:
             last[ip] = ev
         return [ip for ip, ev in last.items() if ev == "ADDED"]
 
-    def append_log(self, event, ip, **fields):
-        line = hwf.append_log(self.files.log, event, ip)
+    def _warn_log(self, kind, lines):
+        """Report a torn line cut off, and each malformed line once (out + a warning event)."""
+        new = lines if kind == "torn" else [line for line in lines if line not in self._reported]
+        if not new:
+            return
+        if kind != "torn":
+            self._reported.update(new)
+        if kind == "torn":
+            what = "cut a torn last line (a writer stopped mid-append)"
+        else:
+            what = "skipped malformed line(s)"
+        self.records.out(f"WARNING host_worker_log: {what}: {new}")
+        self.records.event("host_worker_log_warning", kind=kind, lines=new, path=self.files.log)
+
+    def _append(self, event, ip, **fields):
+        line = hwf.append_log(self.files.log, event, ip, warn=self._warn_log, timeout=LOCK_TIMEOUT)
         self.records.out(f"host_worker_log: {line}")
         self.records.event("host_worker_log", line=line, log_event=event, ip=ip, seq=int(line.split()[0]),
                            **fields)
         return line
 
+    def _log_failed(self, exc):
+        err = f"cannot append to {self.files.log}: {exc}"
+        if err != self.log_error:
+            self.log_error = err
+            self.records.out(f"ERROR {err} -- training goes on; retrying")
+            self.records.event("host_worker_log_error", error=err, queued=len(self.queued))
+
+    def _log_ok(self):
+        if self.log_error is not None:
+            self.log_error = None
+            self.records.out("host_worker_log is writable again")
+            self.records.event("host_worker_log_ok")
+
+    def append_log(self, event, ip, **fields):
+        """Append a line now, or queue it for ``flush`` when the log cannot be written; never raises."""
+        self.queued.append((event, ip, fields))
+        self.flush()
+
+    def flush(self):
+        """Append the queued lines in order; False while one of them cannot be written."""
+        while self.queued:
+            event, ip, fields = self.queued[0]
+            try:
+                self._append(event, ip, **fields)
+            except (OSError, hwf.HostWorkerError) as exc:      # a lock timeout is a HostWorkerError
+                self._log_failed(exc)
+                return False
+            self.queued.pop(0)
+        self._log_ok()
+        return True
+
     def confirm(self, membership, reasons=None):
         """Append REMOVED/ADDED so the log matches ``membership`` (called once it has taken effect).
 
         ``reasons`` maps a leaving IP to why it left (``spot``), recorded in events.jsonl.
-        Returns the IPs logged REMOVED.
+        Returns the IPs logged REMOVED.  When the log cannot be written, ``unconfirmed`` keeps
+        ``membership`` for ``retry`` (what to append is worked out from the log again then).
         """
-        logged = self.logged_members()
-        removed = [ip for ip in logged if ip not in membership]
-        for ip in removed:
-            reason = (reasons or {}).get(ip)
-            self.append_log("REMOVED", ip, **({"reason": reason} if reason else {}))
-        for ip in membership:
-            if ip not in logged:
-                self.append_log("ADDED", ip)
+        self.unconfirmed = list(membership)
+        removed = []
+        if not self.flush():                    # queued FAILED lines go first, in their order
+            return removed
+        try:
+            logged = self.logged_members()
+            for ip in [ip for ip in logged if ip not in membership]:
+                reason = (reasons or {}).get(ip)
+                self._append("REMOVED", ip, **({"reason": reason} if reason else {}))
+                removed.append(ip)
+            for ip in membership:
+                if ip not in logged:
+                    self._append("ADDED", ip)
+        except (OSError, hwf.HostWorkerError) as exc:
+            self._log_failed(exc)
+            return removed
+        self.unconfirmed = None
+        self._log_ok()
         return removed
 
     def drop(self, ips):
-        """Remove lost workers from host_worker (under its lock) and from the last good list."""
-        path = self.files.host_worker
-        with hwf.locked(path):
-            hosts = hwf.read_hosts(path)
-            keep = [h for h in hosts if h not in ips]
-            if keep != hosts:
-                hwf.write_hosts(path, keep, master=self.master)
-        self.text = None     # re-read
+        """Remove lost workers from host_worker (under its lock) and from the last good list.
+
+        When host_worker cannot be edited now (its lock held, a malformed file, a volume error)
+        they stay in ``pending_drop``: ``read`` leaves them out and ``retry`` edits the file.
+        """
+        self.pending_drop.update(ips)
         self.last_good = [h for h in self.last_good if h not in ips]
+        self._drop_pending()
+
+    def _drop_pending(self):
+        path = self.files.host_worker
+        try:
+            with hwf.locked(path, timeout=LOCK_TIMEOUT):
+                hosts = hwf.read_hosts(path)
+                keep = [h for h in hosts if h not in self.pending_drop]
+                if keep != hosts:
+                    hwf.write_hosts(path, keep, master=self.master)
+        except (OSError, hwf.HostWorkerError) as exc:
+            self.records.out(f"ERROR cannot remove {sorted(self.pending_drop)} from {path}: {exc}; retrying")
+            self.records.event("host_worker_drop_error", hosts=sorted(self.pending_drop), error=str(exc))
+            return False
+        self.pending_drop = set()
+        self.text = None     # re-read
+        return True
+
+    def behind(self):
+        """True while a log line or a host_worker edit is still to be written."""
+        return bool(self.queued or self.unconfirmed is not None or self.pending_drop)
+
+    def retry(self):
+        """Write what failed before; the membership still to confirm, or None (the launcher confirms it)."""
+        if self.pending_drop:
+            self._drop_pending()
+        if not self.flush():
+            return None
+        return self.unconfirmed

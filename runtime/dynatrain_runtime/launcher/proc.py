@@ -21,12 +21,13 @@ class Proc:
         self.role = None
         self.generation = None
         self.label = f"{kind}@{host}"
-        self.started = time.time()
+        self.started = time.monotonic()  # these three: the monotonic clock, as every launcher interval
         self.assigned_at = None
         self.last_alive = None
         self.last_hb = None
         self.ready = False
         self.stopped = False
+        self.done = False                # said "done": training finished, it is only exiting
         self.rc = None
         self._msgq, self._out = msgq, out
         self.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -56,7 +57,7 @@ class Proc:
     def assign(self, role, generation, env):
         self.role, self.generation = role, generation
         self.label = f"{role}@{self.host}"
-        self.assigned_at = time.time()
+        self.assigned_at = time.monotonic()
         return self.send({"kind": "assign", "env": env})
 
     def poll(self):
@@ -92,8 +93,8 @@ def reap(procs, timeout):
     procs = [p for p in procs if p is not None]
     for p in procs:
         p.terminate()
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(p.poll() is None for p in procs):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.05)
     for p in procs:
         p.kill()

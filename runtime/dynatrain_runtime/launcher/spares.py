@@ -1,4 +1,9 @@
-"""Pre-warmed processes (MXNet already imported) waiting for a role, so a resize is mostly a reconnect."""
+"""Pre-warmed processes (the framework already imported) waiting for a role, so a resize is mostly a reconnect.
+
+MXNet: a worker per member host, the scheduler and the servers (``serve``).  torch: workers only
+(``servers=False``): a pre-started training script that has imported torch -- and what
+DistributedDataParallel imports -- and waits in ``Elastic()`` for its assignment.
+"""
 
 from __future__ import annotations
 
@@ -38,9 +43,10 @@ class SparePool:
     once before the first generation.
     """
 
-    def __init__(self, spawn, enabled=True, num_servers=1, depth=1):
+    def __init__(self, spawn, enabled=True, num_servers=1, depth=1, servers=True):
         self.spawn = spawn
         self.enabled = enabled
+        self.servers = servers                # False (torch): no scheduler or server processes
         self.num_servers = num_servers
         self.depth = max(1, int(depth))       # sets of spares: 2 = a second change soon after one is warm too
         self.pools = collections.defaultdict(list)     # (host, kind) -> [Proc]
@@ -62,7 +68,8 @@ class SparePool:
             return
         self.members = set(membership)
         want = {(h, "worker"): self.depth for h in membership}
-        for host, n in collections.Counter([master] + server_hosts(self.num_servers, membership, master)).items():
+        serve = [master] + server_hosts(self.num_servers, membership, master) if self.servers else []
+        for host, n in collections.Counter(serve).items():
             want[(host, "serve")] = n * self.depth      # the scheduler on the master, the servers
         self.want = want
         keep = {key for h in self.pending for key in self.joiner_keys(h)}   # expected joiners' (``expect``)
@@ -103,7 +110,7 @@ class SparePool:
 
     def joiner_keys(self, host):
         """What a host needs warm to join: its worker, and its server with ``per-node`` servers."""
-        return [(host, "worker")] + ([(host, "serve")] if self.num_servers == "per-node" else [])
+        return [(host, "worker")] + ([(host, "serve")] if self.servers and self.num_servers == "per-node" else [])
 
     def joiner_warm(self, host):
         """``warm`` of everything ``host`` needs to join: True, False (starting) or None (one is dead)."""

@@ -22,16 +22,17 @@ class _Worker:
 
 def test_stopped_worker_is_not_silent_but_a_running_one_is():
     g = Generation(4, [A, M], 9000, None)
-    old = time.time() - 30
+    old = time.monotonic() - 30
     g.workers = {A: _Worker(A, stopped=True, last_alive=old), M: _Worker(M, stopped=False, last_alive=old)}
-    out = g.silent(time.time(), {}, start_timeout=60, dead_timeout=6)
+    out = g.silent(time.monotonic(), {}, start_timeout=60, dead_timeout=6)
     assert list(out) == [M] and "no sign of life" in out[M]
 
 
 def test_stopped_at_boundary_waits_for_rank_0():
     g = Generation(4, [A, M], 9000, None)
-    g.stop_at = time.time()
-    w0, w1 = _Worker(M, stopped=False, last_alive=time.time()), _Worker(A, stopped=True, last_alive=time.time())
+    g.stop_at = time.monotonic()
+    now = time.monotonic()
+    w0, w1 = _Worker(M, stopped=False, last_alive=now), _Worker(A, stopped=True, last_alive=now)
     w0.last_hb, w1.last_hb = {"rank": 0}, {"rank": 1}
     g.workers = {M: w0, A: w1}
     assert not g.stopped_at_boundary()

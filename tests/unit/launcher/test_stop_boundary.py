@@ -135,7 +135,7 @@ def test_resume_prefers_the_path_its_writer_reported_over_a_lagging_listing(tmp_
     # a checkpoint the listing does not show yet (NFS attribute caching): here, outside the directory
     hidden = CheckpointStore(str(tmp_path / "elsewhere")).write(9, {"step": 9})
     assert store.latest()[1]["step"] == 5
-    assert store.newest(hidden) == (hidden, {"step": 9})
+    assert store.newest(hidden) == (hidden, {"step": 9, "files": {}})      # meta.json carries the digests
     older = CheckpointStore(str(tmp_path / "older")).write(3, {"step": 3})
     assert store.newest(older)[1]["step"] == 5                 # an older report does not win
     assert store.newest(str(tmp_path / "gone"))[1]["step"] == 5
@@ -144,4 +144,4 @@ def test_resume_prefers_the_path_its_writer_reported_over_a_lagging_listing(tmp_
     g = Generation(1, [A, M], 9000, None)
     la.gen = g
     la.handle_msg(FakeWorker(M), {"kind": "checkpoint", "generation": 1, "step": 9, "path": hidden})
-    assert la.resume_point() == (hidden, {"step": 9})
+    assert la.resume_point() == (hidden, {"step": 9, "files": {}})

@@ -97,3 +97,38 @@ def test_wheelhouse_gpu_is_opt_in(monkeypatch, tmp_path):
     assert not any(a.endswith("requirements-node-gpu.txt") for a in calls[0])
     assert any(a.endswith("requirements-node-gpu.txt") for a in calls[1])
     assert calls[1][calls[1].index("--python-version") + 1] == "3.10"
+
+
+def test_wheelhouse_torch_is_opt_in_and_a_call_of_its_own(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cli.config, "wheelhouse_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    cli.main(["wheelhouse"])
+    assert len(calls) == 1 and not any(a.startswith("requirements-node-torch") for a in map(os.path.basename, calls[0]))
+    # (the MXNet path's setup does not grow)
+    calls.clear()
+    cli.main(["wheelhouse", "--engine", "torch", "--torch-index-url", "https://download.pytorch.org/whl/cpu"])
+    base, torch = calls
+    assert base[base.index("--platform") + 1] == "manylinux2014_x86_64" and base.count("--platform") == 1
+    assert any(a.endswith("requirements-node-torch.txt") for a in torch)
+    assert not any(a.endswith("requirements-node-torch-gpu.txt") or a.endswith("requirements-node-gpu.txt")
+                   for a in base + torch)
+    # PyTorch's wheels are manylinux_2_28 (its CUDA libraries 2_17 .. 2_28): each tag named
+    assert {"manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"} <= {
+        torch[i + 1] for i, a in enumerate(torch) if a == "--platform"}
+    assert torch[torch.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"
+    calls.clear()
+    cli.main(["wheelhouse", "--engine", "torch", "--gpu"])
+    assert len(calls) == 3 and any(a.endswith("requirements-node-torch-gpu.txt") for a in calls[2])
+    assert not any(a.endswith("requirements-node-gpu.txt") for a in calls[0])   # not MXNet's CUDA build
+
+
+def test_torch_pins_count_as_present(tmp_path):
+    req = tmp_path / "req.txt"
+    req.write_text("torch==2.13.0+cpu\ntorch===2.13.0\ncuda-toolkit==13.0.3.0\n")
+    assert cli._wanted_wheels(str(req)) == [("torch", "2.13.0+cpu"), ("torch", "2.13.0"), ("cuda_toolkit", "13.0.3.0")]
+    wd = tmp_path / "w"
+    wd.mkdir()
+    (wd / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
+    (wd / "cuda_toolkit-13.0.3.0-py2.py3-none-any.whl").write_text("")
+    assert cli._missing_wheels(str(req), str(wd)) == [("torch", "2.13.0")]

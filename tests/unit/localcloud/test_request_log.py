@@ -102,3 +102,32 @@ def test_only_calls_marked_ansible_are_the_products(server):
     _client(endpoint, "ec2").describe_regions()
     records = _last(path, 3)
     assert request_log.product_actions(records) == {"ec2:DescribeSubnets"}
+
+
+def test_checkpoint_bucket_settings_calls_get_their_iam_action(server):
+    """Issue 27: the bucket's versioning, TLS-only policy and lifecycle rule, and teardown's purge of every
+    version (S3 names some of these actions differently from their operations)."""
+    endpoint, path = server
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
+                      aws_secret_access_key="x", config=Config(s3={"addressing_style": "path"}))
+    s3.create_bucket(Bucket="dt-bucket-2")
+    s3.put_bucket_versioning(Bucket="dt-bucket-2", VersioningConfiguration={"Status": "Enabled"})
+    s3.get_bucket_versioning(Bucket="dt-bucket-2")
+    s3.put_bucket_policy(Bucket="dt-bucket-2", Policy='{"Version": "2012-10-17", "Statement": []}')
+    s3.get_bucket_policy(Bucket="dt-bucket-2")
+    with pytest.raises(s3.exceptions.ClientError):  # none set yet: still recorded with its action
+        s3.get_bucket_lifecycle_configuration(Bucket="dt-bucket-2")
+    s3.put_bucket_lifecycle_configuration(Bucket="dt-bucket-2", LifecycleConfiguration={"Rules": [
+        {"ID": "r", "Filter": {"Prefix": ""}, "Status": "Enabled",
+         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]})
+    version = s3.put_object(Bucket="dt-bucket-2", Key="k/1", Body=b"x")["VersionId"]
+    s3.list_object_versions(Bucket="dt-bucket-2", Prefix="k/")
+    s3.delete_objects(Bucket="dt-bucket-2", Delete={"Objects": [{"Key": "k/1", "VersionId": version}]})
+    s3.delete_bucket_lifecycle(Bucket="dt-bucket-2")
+    s3.delete_bucket_policy(Bucket="dt-bucket-2")
+    s3.delete_bucket(Bucket="dt-bucket-2")
+    assert [r["iam_action"] for r in _last(path, 13)] == [
+        "s3:CreateBucket", "s3:PutBucketVersioning", "s3:GetBucketVersioning", "s3:PutBucketPolicy",
+        "s3:GetBucketPolicy", "s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration", "s3:PutObject",
+        "s3:ListBucketVersions", "s3:DeleteObject", "s3:PutLifecycleConfiguration", "s3:DeleteBucketPolicy",
+        "s3:DeleteBucket"]

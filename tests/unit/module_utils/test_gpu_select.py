@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import zipfile
 
 import pytest
@@ -252,3 +253,104 @@ def test_wheels_named_picks_the_gpu_only_wheels():
              "README.txt"]
     gpu_only = F["wheels_named"](files, ["mxnet-cu117", "nvidia-cudnn-cu11==8.5.0.96"])
     assert gpu_only == files[1:3]
+
+
+# -- the torch engine (dt_engine=torch): its wheels, its lock, its driver branch ------------------
+def test_torch_requirements_pin_the_build_exactly():
+    assert F["torch_requirements"](False) == ["torch==2.13.0+cpu"]
+    # PyPI's CUDA build, exactly: ==2.13.0 would also match 2.13.0+cpu, which sorts after it
+    assert F["torch_requirements"](True) == ["torch===2.13.0"]
+    assert F["torch_requirements"](False, "2.13.0", "") == ["torch==2.13.0"]
+
+
+@pytest.fixture()
+def torch_house(tmp_path):
+    d = str(tmp_path)
+    _wheel(d, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", ["filelock", "typing-extensions>=4.10.0"])
+    _wheel(d, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", [
+        "filelock", "typing-extensions>=4.10.0",
+        'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',
+        'nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',
+        'triton==3.7.1; platform_system == "Linux" and python_version < "3.15"',
+        'optree>=0.13.0; extra == "optree"'])
+    _wheel(d, "cuda_toolkit-13.0.3.0-py2.py3-none-any.whl", [
+        'nvidia-cublas==13.1.1.3; extra == "cublas"', 'nvidia-cuda-runtime==13.0.96; extra == "cudart"',
+        'nvidia-cufft==12.0.0.61; extra == "cufft"'])
+    _wheel(d, "nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_x86_64.whl")
+    _wheel(d, "nvidia_cuda_runtime-13.0.96-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl")
+    _wheel(d, "nvidia_nccl_cu13-2.29.7-py3-none-manylinux_2_18_x86_64.whl")
+    _wheel(d, "triton-3.7.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
+    _wheel(d, "filelock-4.3.1-py3-none-any.whl")
+    _wheel(d, "typing_extensions-4.16.0-py3-none-any.whl")
+    _wheel(d, "numpy-1.23.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    return d
+
+
+def test_lock_torch_cpu_node_takes_the_cpu_build_only(torch_house):
+    out = F["wheel_lock_lines"](torch_house, F["torch_requirements"](False) + ["numpy==1.23.5"], "3.11")
+    assert out["missing"] == []
+    assert out["pins"] == {"torch": "2.13.0+cpu", "filelock": "4.3.1", "typing-extensions": "4.16.0", "numpy": "1.23.5"}
+    cpu = os.path.join(torch_house, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert f"torch==2.13.0+cpu --hash=sha256:{_sha(cpu)}" in out["lines"]
+    assert not any(f.startswith(("nvidia", "triton", "cuda")) for f in out["files"])
+
+
+def test_lock_torch_gpu_node_takes_pypis_cuda_build_and_its_libraries(torch_house):
+    out = F["wheel_lock_lines"](torch_house, F["torch_requirements"](True), "3.11")
+    assert out["missing"] == []
+    assert out["pins"]["torch"] == "2.13.0"
+    # cuda-toolkit's extras resolved to the CUDA 13 libraries torch names; its other extras (cufft) not
+    assert {"cuda-toolkit", "nvidia-cublas", "nvidia-cuda-runtime", "nvidia-nccl-cu13", "triton"} <= set(out["pins"])
+    assert "nvidia-cufft" not in out["pins"] and "optree" not in out["pins"]
+    gpu = os.path.join(torch_house, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert f"torch==2.13.0 --hash=sha256:{_sha(gpu)}" in out["lines"]
+
+
+def test_lock_torch_gpu_node_without_the_cuda_build_says_so(tmp_path):
+    d = str(tmp_path)
+    _wheel(d, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+    out = F["wheel_lock_lines"](d, F["torch_requirements"](True), "3.11")
+    assert out["missing"] == ["torch===2.13.0 (wheels for Python 3.11 x86_64 in the wheelhouse: 2.13.0+cpu)"]
+
+
+def test_driver_branch_follows_the_engine():
+    plan = F["gpu_driver_plan"]("p5.48xlarge", *DEB12, branch="550", engine="torch")
+    assert plan["ok"] and plan["branch"] == "580" and plan["packages"][0] == "cuda-drivers-580"
+    assert F["gpu_driver_plan"]("g5.xlarge", *DEB12, branch="590", engine="torch")["branch"] == "590"
+    mxnet = F["gpu_driver_plan"]("g5.xlarge", *DEB12, branch="550")
+    assert mxnet["branch"] == "550" and mxnet["packages"][0] == "cuda-drivers-550"
+    # K80 (p2): NVIDIA's last branch for it is 470, PyTorch's CUDA 13 build needs 580
+    bad = F["gpu_driver_plan"]("p2.xlarge", *DEB12, branch="470", engine="torch")
+    assert not bad["ok"] and "needs driver branch 580" in bad["problem"] and "dt_engine=mxnet" in bad["problem"]
+    assert F["gpu_driver_plan"]("p2.xlarge", *DEB12, branch="470")["ok"]
+
+
+def test_torch_pins_agree_everywhere():
+    """requirements-node-torch*.txt (the wheelhouse), the torch role's defaults and gpu_select pin the same torch."""
+    import yaml
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+    def pins(name):
+        with open(os.path.join(root, name)) as fh:
+            return [line.split("#")[0].strip() for line in fh if line.split("#")[0].strip()]
+
+    with open(os.path.join(root, "roles", "torch", "defaults", "main.yml")) as fh:
+        defaults = yaml.safe_load(fh)
+    cpu = F["torch_requirements"](False, defaults["torch_version"], defaults["torch_cpu_local_version"])
+    gpu = F["torch_requirements"](True, defaults["torch_version"])
+    assert pins("requirements-node-torch.txt")[0] == cpu[0] == "torch==%s+cpu" % gpu_select.TORCH_VERSION
+    assert pins("requirements-node-torch-gpu.txt")[0] == gpu[0] == "torch===%s" % gpu_select.TORCH_VERSION
+    # every line pinned exactly: an unpinned torch (or one of its libraries) pulls the newest CUDA build
+    assert all(re.match(r"^[A-Za-z0-9_.-]+===?[0-9][^\s;]*$", p) for p in
+               pins("requirements-node-torch.txt") + pins("requirements-node-torch-gpu.txt"))
+    # the numpy/scikit-learn/boto3 the torch nodes get are the MXNet nodes' (one wheelhouse for both)
+    node = pins("requirements-node.txt")
+    assert defaults["torch_numpy_spec"] in node
+    assert set(defaults["torch_extra_packages"]) <= set(node + pins("requirements-node-torch.txt"))
+
+
+def test_the_seeding_keeps_the_runtime_wheel_and_leaves_the_other_engine():
+    files = ["dynatrain_runtime-0.1.0+gabc-py3-none-any.whl", "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+             "mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl"]
+    # the mxnet and torch roles seed the locked wheels and these (their _<role>_seed_always)
+    assert F["wheels_named"](files, ["dynatrain-runtime"]) == files[:1]

@@ -356,3 +356,51 @@ def test_read_from_restarts_when_file_shrank(tmp_path):
     log.write_bytes(b"0123456789")
     assert hwf._read_from(str(log), 4) == (b"456789", 4)
     assert hwf._read_from(str(log), 11) == (b"0123456789", 0)
+
+
+# --- host_worker_log as a write-ahead log (issue 24, defect 1) --------------------------------
+def test_append_cuts_a_torn_last_line_and_continues_after_the_last_good_seq(tmp_path):
+    log = tmp_path / "host_worker_log"
+    log.write_text("0 ADDED 10.0.0.2 5\n1 ADDED 10.0.0.1 6\n2 ADDED 10.0.0.3 7\n3 REMOV")   # writer killed mid-append
+    heard = []
+    line = hwf.append_log(str(log), "REMOVED", "10.0.0.3", ns=8, warn=lambda kind, lines: heard.append((kind, lines)))
+    assert line == "3 REMOVED 10.0.0.3 8"
+    assert log.read_text().endswith("2 ADDED 10.0.0.3 7\n3 REMOVED 10.0.0.3 8\n")
+    assert heard == [("torn", ["3 REMOV"])]
+    assert [e[0] for e in hwf.read_log(str(log))] == [0, 1, 2, 3]          # strict reading is happy again
+
+
+def test_append_skips_a_malformed_line_and_reports_it(tmp_path):
+    log = tmp_path / "host_worker_log"
+    log.write_text("0 ADDED 10.0.0.2 5\n1 ADDED not-an-ip 6\n1 ADDED 10.0.0.1 6\n")
+    heard = []
+    assert hwf.append_log(str(log), "ADDED", "10.0.0.3", ns=9,
+                          warn=lambda kind, lines: heard.append((kind, lines))) == "2 ADDED 10.0.0.3 9"
+    assert heard == [("malformed", ["1 ADDED not-an-ip 6"])]
+    assert "1 ADDED not-an-ip 6\n" in log.read_text()                     # reported, left for a person
+
+
+def test_scan_log_is_lenient(tmp_path):
+    log = tmp_path / "host_worker_log"
+    assert hwf.scan_log(str(log)) == ([], [], "")
+    log.write_text("0 ADDED 10.0.0.2 5\njunk\n1 FAILED 10.0.0.2 6\n2 ADD")
+    assert hwf.scan_log(str(log)) == ([(0, "ADDED", "10.0.0.2", 5), (1, "FAILED", "10.0.0.2", 6)], ["junk"], "2 ADD")
+
+
+def test_lock_deadline_ignores_wall_clock_steps(tmp_path, monkeypatch):
+    import time as _time
+    path = str(tmp_path / "host_worker")
+    real = _time.time
+    with hwf.locked(path):
+        fd = os.open(path + ".lock", os.O_RDWR)
+        try:
+            assert hwf._try_flock(fd) is False
+        finally:
+            os.close(fd)
+        steps = iter([0.0] + [3600.0] * 1000)
+        monkeypatch.setattr(_time, "time", lambda: real() + next(steps))    # the clock jumps an hour ahead
+        t0 = _time.monotonic()
+        with pytest.raises(hwf.HostWorkerError, match="could not lock"):
+            with hwf.locked(path, timeout=0.3):
+                pass
+        assert _time.monotonic() - t0 >= 0.25                              # waited its 0.3 s, not 0

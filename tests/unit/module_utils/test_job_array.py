@@ -45,6 +45,16 @@ def test_header_in_any_order_blank_lines_comments_and_spaces():
     assert (row["name"], row["region"], row["workers"], row["args"], row["line"]) == ("a", "eu-west-1", 2, ["--epochs", "1"], 5)
 
 
+def test_an_engine_column_sets_the_rows_engine():
+    text = "region,name,workers,args,engine\nus-east-1,a,1,,torch\nus-east-1,b,1,,\nus-east-1,c,0,--epochs 1,mxnet\n"
+    rows = plan(text)["rows"]
+    assert [r["engine"] for r in rows] == ["torch", "", "mxnet"]
+    assert plan(GOOD)["rows"][0]["engine"] == ""            # no column: the array's engine
+    error = one_error("region,name,workers,args,engine\nus-east-1,a,1,,jax\n")
+    assert "line 2 (name 'a')" in error and "engine 'jax' is not an engine" in error and "torch" in error
+    assert "unknown engines" in one_error("region,name,workers,args,engines\nus-east-1,a,1,,torch\n")
+
+
 def test_empty_args_keep_the_default_arguments():
     (row,) = plan("region,name,workers,args\nus-east-1,a,1,\n")["rows"]
     assert row["args"] == [] and row["args_text"] == ""

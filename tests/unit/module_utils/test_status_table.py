@@ -53,6 +53,13 @@ def test_job_line():
         "job: running  epoch 3 step 120  world 3  562.3 samples/s  checkpoint 13s ago")
 
 
+def test_job_line_names_the_engine_when_the_launcher_does():
+    torch = job(status={"state": "running", "epoch": 3, "step": 120, "world_size": 3, "samples_per_s": 562.348,
+                        "engine": "torch"})
+    assert st.status_lines(NODES, torch)[-1] == (
+        "job: running  engine torch  epoch 3 step 120  world 3  562.3 samples/s  checkpoint 13s ago")
+
+
 @pytest.mark.parametrize("job_result, expected", [
     (None, "job: unknown (the inventory has no master to ask)"),
     (job(status={}, state=None, running=False), "job: not started (no status.json on the shared volume)"),

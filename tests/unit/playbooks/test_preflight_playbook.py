@@ -43,7 +43,7 @@ def settings(cloud, **overrides):
     return base
 
 
-def run_preflight(tmp_path, variables, env_extra=None, credentials=True):
+def run_preflight(tmp_path, variables, env_extra=None, credentials=True, extra=()):
     path = tmp_path / "vars.json"
     path.write_text(json.dumps(variables))
     inventory = tmp_path / "empty.ini"  # localhost stays implicit: the controller's Python (boto3)
@@ -56,7 +56,7 @@ def run_preflight(tmp_path, variables, env_extra=None, credentials=True):
     env.update(env_extra or {})
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), PLAYBOOK,
-         "-e", "@" + str(path)],
+         "-e", "@" + str(path), *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
@@ -144,3 +144,22 @@ def test_keeps_the_zone_of_the_existing_subnet(tmp_path, cloud):
     rc, out = run_preflight(tmp_path, settings(cloud, dt_cluster_name="pfkeep"))
     assert rc == 0, out[-3000:]
     assert "availability zone us-east-1c offers c5.xlarge" in out
+
+
+# dt_train_script_args in each form a user types passes (the refusals: test_settings_refused.py)
+@pytest.mark.parametrize("extra", [
+    ["-e", json.dumps({"dt_train_script_args": ["--epochs", "20"]})],
+    ["-e", 'dt_train_script_args=["--epochs","20"]'],
+    ["-e", "dt_train_script_args=--epochs 20 --lr 0.1"],
+], ids=["json-list", "kv-json-list", "kv-line"])
+def test_passes_with_each_form_of_the_script_args(tmp_path, cloud, extra):
+    rc, out = run_preflight(tmp_path, settings(cloud, dt_engine="mxnet"), extra=extra)
+    assert rc == 0, out[-3000:]
+    assert "Preflight passed" in out
+
+
+def test_a_bad_setting_is_refused_before_any_cloud_call(tmp_path, cloud):
+    rc, out = run_preflight(tmp_path, settings(cloud), credentials=False, extra=["-e", "dt_join_timeout=abc"])
+    assert rc != 0
+    assert "dt_join_timeout=abc is not valid" in out and "Nothing was created or changed" in out
+    assert "No usable AWS credentials" not in out  # the credentials were not even asked for

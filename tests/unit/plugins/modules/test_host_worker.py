@@ -701,6 +701,17 @@ def test_poll_fails_at_once_when_the_launcher_rejects(efs):
     assert "reported a failure instead of ADDED for 10.0.0.4" in info.value.msg
 
 
+def test_a_host_the_launcher_rejects_is_not_confirmed(efs):
+    """join_workers tags ADDED only the hosts in confirmed (issue 24, defect 4)."""
+    edit = run(params(efs, hosts=["10.0.0.4", "10.0.0.5"]))
+    with open(efs / "host_worker_log", "a") as handle:
+        handle.write("2 ADDED 10.0.0.5 3\n3 FAILED 10.0.0.4 4\n")
+    with pytest.raises(host_worker.HostWorkerFailure) as info:
+        run(params(efs, confirm=edit["confirm"], poll=10, timeout=600))
+    assert info.value.result["confirmed"] == ["10.0.0.5"]
+    assert info.value.result["events"] == ["2 ADDED 10.0.0.5 3"]
+
+
 def test_poll_with_fake_clock_returns_after_poll_seconds(efs):
     now = [1000.0]
 

@@ -112,6 +112,20 @@ def test_running_job(efs):
     assert res["running"] is True and res["finished"] is False
 
 
+def test_engine_of_the_job(efs):
+    # a launcher older than the engine seam says none: the job's engine is not known
+    assert run(params(efs))["engine"] is None
+    (efs / "status.json").write_text(json.dumps(status(engine="torch")))
+    assert run(params(efs))["engine"] == "torch"
+    (efs / "status.json").write_text(json.dumps(status(engine=7)))
+    assert run(params(efs))["engine"] is None
+    assert run(params(efs))["status"]["engine"] == 7
+
+
+def test_no_job_has_no_engine(tmp_path):
+    assert run(params(tmp_path))["engine"] is None
+
+
 @pytest.mark.parametrize("state", ["starting", "resizing"])
 def test_other_active_states_are_running(efs, state):
     (efs / "status.json").write_text(json.dumps(status(state=state)))

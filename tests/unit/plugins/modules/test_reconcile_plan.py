@@ -107,3 +107,106 @@ def test_module_returns_the_plan(capsys):
             rp.main()
     out = json.loads(capsys.readouterr().out)
     assert out["changed"] is False and "failed" not in out and [n["ip"] for n in out["lost"]] == [B] and out["launch"] == 0
+
+
+# --- interrupted operations (issue 24, defect 4) and re-used addresses (defect 5) ------------------------
+
+NOW = 1542600000.0                                 # 2018-11-19 04:00 UTC, after every LOG entry
+LAUNCHED_BEFORE_LOG = "2018-11-18T09:00:00+00:00"  # 1542531600: before LOG's entries (1542536656...)
+
+
+def iso(epoch_s):
+    import datetime
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc).isoformat()
+
+
+def queued(ip, status, age, in_job_since=None, token=True, status_age=None):
+    """A node launched ``age`` s before NOW (its status set ``status_age`` s before NOW, when given)."""
+    n = node(ip, status=status, token=token)
+    n["launch_time"] = iso(NOW - age)
+    n["status_time"] = None if status_age is None else str(int(NOW - status_age))
+    return n
+
+
+def ns(epoch_s):
+    return int(epoch_s * 1_000_000_000)
+
+
+def test_an_add_interrupted_before_the_join_is_rolled_back_after_the_timeout():
+    stuck = queued(D, "ADD_QUEUED", age=3600)
+    out = rp.plan([MASTER, node(A), stuck], [A, M], LOG[:2], desired=3, timeout=900, now=NOW)
+    assert ids(out["expired_adds"]) == [D] and out["lost"] == [] and out["join"] == []
+    # no longer "in flight": the desired size launches a replacement
+    assert out["launch"] == 1
+    assert any("tag ADD_FAILED and terminate" in line for line in out["summary"])
+
+
+def test_an_add_within_its_timeout_is_left_alone_and_counts_towards_the_size():
+    busy = queued(D, "ADD_QUEUED", age=60)
+    out = rp.plan([MASTER, node(A), busy], [A, M], LOG[:2], desired=3, timeout=900, now=NOW)
+    assert all(out[k] == [] for k in rp.KEYS) and out["launch"] == 0
+
+
+def test_an_add_interrupted_after_the_host_worker_edit_is_finished_or_rolled_back():
+    joined = queued(D, "ADD_QUEUED", age=3600)
+    confirmed = LOG[:2] + [{"seq": 2, "event": "ADDED", "ip": D, "ns": ns(NOW - 3000)}]
+    out = rp.plan([MASTER, node(A), joined], [A, D, M], confirmed, timeout=900, now=NOW)
+    assert ids(out["confirmed"]) == [D] and out["remove"] == []
+    # in host_worker, never confirmed: removed from the job gracefully (then terminated by leave_workers)
+    out = rp.plan([MASTER, node(A), joined], [A, D, M], LOG[:2], timeout=900, now=NOW)
+    assert ids(out["remove"]) == [D] and out["confirmed"] == []
+
+
+def test_a_removal_interrupted_is_finished_after_the_timeout():
+    # the status tag's time counts (the instance itself is old)
+    in_job = queued(B, "REMOVAL_QUEUED", age=86400, status_age=3600)
+    out = rp.plan([MASTER, node(A), in_job], [A, B, M], LOG, desired=3, timeout=900, now=NOW)
+    assert ids(out["remove"]) == [B] and out["launch"] == 1
+    gone = LOG + [{"seq": 3, "event": "REMOVED", "ip": B, "ns": ns(NOW - 3500)}]
+    out = rp.plan([MASTER, node(A), in_job], [A, M], gone, timeout=900, now=NOW)
+    assert ids(out["expired_removals"]) == [B] and out["drained"] == [] and out["lost"] == []
+    # within its timeout: left to remove_workers, and not counted as part of the job any more
+    busy = queued(B, "REMOVAL_QUEUED", age=86400, status_age=60)
+    out = rp.plan([MASTER, node(A), busy], [A, B, M], LOG, desired=3, timeout=900, now=NOW)
+    assert all(out[k] == [] for k in rp.KEYS) and out["launch"] == 1
+
+
+def test_an_old_failed_of_a_reused_address_does_not_make_a_new_instance_lost():
+    old_failure = LOG + [entry(3, "FAILED", B)]               # logged in 2018-11-18 ~10:30 UTC
+    # add_workers' new instance got B's address: it is the add's, never lost
+    adding = queued(B, "ADD_QUEUED", age=120)
+    out = rp.plan([MASTER, node(A), adding], [A, M], old_failure, timeout=900, now=NOW)
+    assert out["lost"] == [] and all(out[k] == [] for k in rp.KEYS)
+    # a console-launched instance on the address is joined, not terminated
+    console = node(B, status=None, token=False)
+    console["launch_time"] = iso(NOW - 120)
+    out = rp.plan([MASTER, node(A), console], [A, M], old_failure, timeout=900, now=NOW)
+    assert ids(out["join"]) == [B] and out["lost"] == []
+    # a FAILED logged since the instance's launch still makes it lost
+    launched_before = node(B)
+    launched_before["launch_time"] = LAUNCHED_BEFORE_LOG
+    assert ids(rp.plan([MASTER, node(A), launched_before], [A, M], old_failure, now=NOW)["lost"]) == [B]
+
+
+def test_an_add_past_its_timeout_that_the_launcher_lost_is_lost():
+    stuck = queued(D, "ADD_QUEUED", age=3600)
+    log = LOG[:2] + [{"seq": 2, "event": "ADDED", "ip": D, "ns": ns(NOW - 3000)},
+                     {"seq": 3, "event": "FAILED", "ip": D, "ns": ns(NOW - 2000)}]
+    out = rp.plan([MASTER, node(A), stuck], [A, M], log, timeout=900, now=NOW)
+    assert ids(out["lost"]) == [D] and out["expired_adds"] == []
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("2018-11-19T04:00:00+00:00", NOW), ("2018-11-19T04:00:00Z", NOW), ("2018-11-19T04:00:00", NOW),
+    (NOW, NOW), (str(int(NOW)), NOW), (None, None), ("", None), ("soon", None),
+])
+def test_epoch_reads_launch_and_tag_times(value, expected):
+    assert rp.epoch(value) == expected
+
+
+def test_module_rejects_a_timeout_below_one_second(capsys):
+    with patch_module_args({"nodes": [MASTER], "hosts": [M], "timeout": 0}):
+        with pytest.raises(SystemExit):
+            rp.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and "timeout=0" in out["msg"]

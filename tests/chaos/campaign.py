@@ -1,0 +1,1241 @@
+"""Fault-injection campaign of the node runtime (issue 24): inject, let the product recover, check invariants.
+
+    .localcloud/node-venv/bin/python tests/chaos/campaign.py                 # every fault, a table
+    .localcloud/node-venv/bin/python tests/chaos/campaign.py --quick         # the subset `make test` runs
+    .localcloud/node-venv/bin/python tests/chaos/campaign.py --faults torn-log-line,clock-step --seed 7
+    .localcloud/node-venv/bin/python tests/chaos/campaign.py --list
+
+Each fault runs one real job: the launcher (``--transport local``: three "hosts" on 127.x
+addresses of this machine, the master last) trains the digits MLP (``--audit-samples``,
+checkpoints every few steps) on a temporary shared directory.  The campaign supervises the
+launcher as its systemd unit does (``Restart=on-failure``, ``RestartSec=2``,
+``RestartPreventExitStatus=1 2``, ``StartLimitBurst=5`` in 600 s): restarted when it is killed
+or exits with another status, never after 0, 1 or 2.  It injects the fault at a moment drawn
+from ``--seed`` (printed: ``--seed S --faults NAME`` replays it), watching ``status.json``,
+``events.jsonl``, the checkpoints and the markers of the fault hooks (``shim/sitecustomize.py``,
+loaded into every process of the job) to time it, lets the product recover, then checks:
+
+* the job finishes: the launcher exits 0 with ``status.json`` "finished", within the run's bound;
+* exactly once: ``audit_check`` of the final checkpoint is clean, its steps are 0..N-1 with every
+  epoch complete (data lost = samples never used + steps missing: must be 0);
+* validation accuracy >= 0.9;
+* ``host_worker_log`` parses (every line ``SEQ EVENT IP NS``, none torn; a line the campaign wrote
+  as "malformed" may stay), SEQ is contiguous from 0, and its events are exactly the expected ones
+  (no spurious ``FAILED``); ``host_worker`` ends with the expected membership;
+* at every moment (sampled every 0.25 s) at least one checkpoint verifies once the first was
+  written (meta.json parses and names its step; its files are unchanged since first seen, and
+  match the digests of meta.json when it carries them); no ``.tmp-ckpt-*``/``.trash-*`` left at
+  the end; the job never restarts from step 0 while a checkpoint exists;
+* the launcher never stops for good (exit 1 or 2, or systemd's start limit);
+* orphans: no process of a launcher incarnation lives 10 s after that launcher ended (the
+  processes carry ``DT_CHAOS_RUN``/``DT_CHAOS_INC`` in their environment);
+* ``events.jsonl`` parses.
+
+Columns: ``recover_s`` = injection -> the first ``status.json`` of a live launcher incarnation
+that reports a step past the highest one reported before the fault's action ended, with the
+expected membership (and a newer generation when the fault caused one), counted after the
+launcher's last crash and only for a run that finished; ``recomputed`` = completed steps done again
+(the highest step seen before the next generation minus that generation's resume step, or the
+launcher's own ``resize_end.recomputed_steps``, whichever is larger; the steps reported in the
+last 0.25 s before a kill may be missed).
+
+Out of scope here (they need the local cloud and Ansible): SIGINT of ``add_workers`` (after the
+launch, during configure, during the join) and of ``remove_workers``, two ``add_workers`` at
+once, ``reconcile`` during an add.  The harness needs only the standard library and
+``dynatrain_runtime`` (``--code tree`` runs the working tree's runtime instead of the installed one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import importlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SHIM = os.path.join(HERE, "shim")
+DEFAULT_NODE_PYTHON = (os.environ.get("DT_NODE_PYTHON")
+                       or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python"))
+
+A, B, M = "127.0.0.81", "127.0.0.82", "127.0.0.83"       # M: the master (last in host_worker)
+HOSTS = [A, B, M]
+
+RESTART_PREVENT = (1, 2)          # the unit's RestartPreventExitStatus
+START_LIMIT_BURST, START_LIMIT_WINDOW = 5, 600.0
+ORPHAN_GRACE = 10.0               # s a dead launcher's processes may take to end (the wrapper: 3 + 2 s)
+LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (\d{1,3}(?:\.\d{1,3}){3}) (\d+)$")
+
+
+class JobConfig(object):
+    """The training job every fault runs (the digits MLP, audit mode)."""
+
+    def __init__(self, epochs=5, step_sleep=0.1, checkpoint_every=10, global_batch=64, lr=0.1, train_seed=42,
+                 timeout=300.0, restart_sec=2.0):
+        self.epochs, self.step_sleep, self.checkpoint_every = epochs, step_sleep, checkpoint_every
+        self.global_batch, self.lr, self.train_seed = global_batch, lr, train_seed
+        self.timeout, self.restart_sec = timeout, restart_sec
+
+    def script_args(self, data):
+        return ["--data", data, "--audit-samples", "--epochs", str(self.epochs), "--seed", str(self.train_seed),
+                "--global-batch", str(self.global_batch), "--lr", str(self.lr), "--step-sleep", str(self.step_sleep),
+                "--checkpoint-every", str(self.checkpoint_every)]
+
+    def total_steps(self, num_train=1438):
+        return self.epochs * -(-num_train // self.global_batch)
+
+
+def _runtime():
+    """The product modules the harness uses (imported late: ``--code tree`` puts the tree first)."""
+    return (importlib.import_module("dynatrain_runtime.host_worker_file"),
+            importlib.import_module("dynatrain_runtime.checkpoint"))
+
+
+# ====================================================================== processes
+def _proc_env(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return None
+
+
+def _proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def processes_of(run_id, incarnation=None):
+    """PIDs (live, not zombies) whose environment carries this run (and incarnation)."""
+    want = [("DT_CHAOS_RUN=%s" % run_id).encode()]
+    if incarnation is not None:
+        want.append(("DT_CHAOS_INC=%s" % incarnation).encode())
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        env = _proc_env(int(name))
+        if env and all(w in env for w in want) and _proc_state(int(name)) not in (None, "Z", "X"):
+            out.append(int(name))
+    return out
+
+
+def kill_pids(pids):
+    for pid in pids:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+
+# ====================================================================== one job
+class Job(object):
+    """One launcher job on a temp shared directory, supervised like its systemd unit, and sampled."""
+
+    def __init__(self, workdir, cfg, node_python, data, port_base, pythonpath, extra_env=None, out=None):
+        self.cfg = cfg
+        self.workdir = workdir
+        self.efs = os.path.join(workdir, "efs")
+        self.chaos = os.path.join(workdir, "chaos")
+        self.ckdir = os.path.join(self.efs, "checkpoints")
+        os.makedirs(self.efs)
+        os.makedirs(self.chaos)
+        self.node_python, self.data, self.port_base = node_python, data, port_base
+        self.pythonpath = pythonpath
+        self.extra_env = dict(extra_env or {})
+        self.run_id = uuid.uuid4().hex[:12]
+        self.out = out or (lambda text: None)
+        self.lock = threading.RLock()
+        self.proc = None
+        self.incarnation = 0
+        self.exits = []                   # (incarnation, pid, rc, time)
+        self.starts = []                  # start times (the start limit)
+        self.final = None                 # why the launcher is down for good: "exit 0", "exit 1", "start limit"
+        self.hold_restart = False         # a fault holds the restart (systemd's RestartSec, stretched)
+        self.restart_at = None
+        self.dead = {}                    # incarnation -> death time, until its orphans were counted
+        self.orphans = []                 # (incarnation, pid, cmdline)
+        self.samples = []                 # (time, status dict)
+        self.ckpt_seen = {}               # ckpt path -> {file: sha256} at first sight
+        self.ckpt_ever = False            # a checkpoint verified once
+        self.first_ckpt_at = None         # when
+        self.ckpt_gaps = []               # (time, listing) of samples with none verifying
+        self._ckpt_next = 0.0
+        self._ev_lines, self._ev_off, self._ev_bad = [], 0, []
+        self._ev_lock = threading.Lock()
+        self.stop_flag = threading.Event()
+        self.thread = None
+        self.launcher_out = open(os.path.join(workdir, "launcher.out"), "ab")
+
+    # ------------------------------------------------------------------ the launcher, under "systemd"
+    def env(self):
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        env["PYTHONPATH"] = os.pathsep.join([SHIM] + self.pythonpath +
+                                            ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env.update({"DT_CHAOS_DIR": self.chaos, "DT_CHAOS_RUN": self.run_id, "DT_CHAOS_INC": str(self.incarnation),
+                    "PYTHONUNBUFFERED": "1"})
+        return env
+
+    def command(self):
+        return [self.node_python, "-m", "dynatrain_runtime.launcher", "--efs-mount", self.efs,
+                "--python", self.node_python, "--script", "dynatrain_runtime.examples.train_digits",
+                "--transport", "local", "--omp-threads", "1", "--port-base", str(self.port_base),
+                "--poll-interval", "0.2", "--status-interval", "0.25", "--"] + self.cfg.script_args(self.data)
+
+    def _start_launcher(self):
+        self.incarnation += 1
+        self.starts.append(time.time())
+        self.launcher_out.write(("\n==== chaos: launcher incarnation %d at %s\n"
+                                 % (self.incarnation, time.strftime("%H:%M:%S"))).encode())
+        self.launcher_out.flush()
+        self.proc = subprocess.Popen(self.command(), stdout=self.launcher_out, stderr=subprocess.STDOUT,
+                                     cwd=self.efs, env=self.env(), start_new_session=True)
+        self.out("    launcher incarnation %d: pid %d" % (self.incarnation, self.proc.pid))
+
+    def start(self, hosts):
+        write_hosts_file(self.efs, hosts)
+        with self.lock:
+            self._start_launcher()
+        self.thread = threading.Thread(target=self._loop, name="chaos-supervisor", daemon=True)
+        self.thread.start()
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc is not None else None
+
+    def launcher_alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _supervise(self, now):
+        """systemd: Restart=on-failure, RestartSec, RestartPreventExitStatus=1 2, the start limit."""
+        with self.lock:
+            if self.final is not None or self.proc is None:
+                return
+            rc = self.proc.poll()
+            if rc is None:
+                return
+            if self.restart_at is None:            # it just ended
+                self.exits.append((self.incarnation, self.proc.pid, rc, now))
+                self.dead[self.incarnation] = now
+                how = "killed by signal %d" % -rc if rc < 0 else "exit %d" % rc
+                self.out("    launcher incarnation %d ended: %s" % (self.incarnation, how))
+                if rc == 0 or rc in RESTART_PREVENT:
+                    self.final = "exit %d" % rc
+                    return
+                self.restart_at = now + self.cfg.restart_sec
+            if self.hold_restart or now < self.restart_at:
+                return
+            recent = [t for t in self.starts if now - t < START_LIMIT_WINDOW]
+            if len(recent) >= START_LIMIT_BURST:
+                self.final = "start limit (%d starts in %.0f s)" % (len(recent), START_LIMIT_WINDOW)
+                return
+            self.restart_at = None
+            self._start_launcher()
+
+    def _count_orphans(self, now, force=False):
+        for inc, died in list(self.dead.items()):
+            if not force and now - died < ORPHAN_GRACE:
+                continue
+            del self.dead[inc]
+            pids = processes_of(self.run_id, inc)
+            if pids:
+                self.orphans.extend((inc, pid, _cmdline(pid)[:160]) for pid in pids)
+                self.out("    ORPHANS of incarnation %d (%.0f s after its end): %s"
+                         % (inc, now - died, pids))
+                kill_pids(pids)
+
+    def _loop(self):
+        while not self.stop_flag.is_set():
+            now = time.time()
+            try:
+                self._supervise(now)
+                status = read_json(os.path.join(self.efs, "status.json"))
+                if isinstance(status, dict):
+                    with self.lock:
+                        if not self.samples or self.samples[-1][1] != status:
+                            self.samples.append((now, status))
+                self.timed_events()
+                if now >= self._ckpt_next:
+                    self._ckpt_next = now + 0.25
+                    self._sample_checkpoints(now)
+                self._count_orphans(now)
+            except Exception as exc:          # noqa: BLE001 - the sampler must go on
+                self.out("    sampler error: %r" % (exc,))
+            self.stop_flag.wait(0.1)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _verify(self, path):
+        """True / False, or None when it vanished meanwhile (pruned)."""
+        try:
+            with open(os.path.join(path, "meta.json")) as handle:
+                meta = json.load(handle)
+            names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+            digests = {}
+            for name in names:
+                with open(os.path.join(path, name), "rb") as handle:
+                    digests[name] = hashlib.sha256(handle.read()).hexdigest()
+        except FileNotFoundError:
+            return None if not os.path.isdir(path) else False
+        except (OSError, ValueError):
+            return False
+        if not isinstance(meta, dict) or not isinstance(meta.get("step"), int) or not digests.get("params"):
+            return False
+        first = self.ckpt_seen.setdefault(path, digests)
+        if first != digests:
+            return False
+        recorded = _recorded_digests(meta)
+        if recorded:
+            for name, value in recorded.items():
+                if digests.get(name) not in (value, None) and len(value) == 64:
+                    return False
+        return True
+
+    def _sample_checkpoints(self, now):
+        listing = []
+        for _attempt in range(3):        # a prune between listing and reading is not a gap: list again
+            listing = sorted(glob.glob(os.path.join(self.ckdir, "ckpt-*")))
+            states = [self._verify(p) for p in listing]
+            if any(states):
+                if not self.ckpt_ever:
+                    self.ckpt_ever, self.first_ckpt_at = True, now
+                return
+            if not listing and not self.ckpt_ever:
+                return
+            time.sleep(0.05)
+        if self.ckpt_ever:
+            self.ckpt_gaps.append((now, [os.path.basename(p) for p in listing]))
+
+    def checkpoint_dirs(self):
+        return sorted(glob.glob(os.path.join(self.ckdir, "ckpt-*")))
+
+    # ------------------------------------------------------------------ reading the job
+    def status(self):
+        with self.lock:
+            return self.samples[-1][1] if self.samples else {}
+
+    def step(self):
+        return int(self.status().get("step") or 0)
+
+    def events(self):
+        """events.jsonl so far (read incrementally; a line that is not JSON is kept aside)."""
+        return [e for _t, e in self.timed_events()]
+
+    def timed_events(self):
+        """``[(t, event)]``: ``t`` = when the harness first read it (its own clock: the launcher's may step)."""
+        with self._ev_lock:
+            path = os.path.join(self.efs, "events.jsonl")
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(self._ev_off)
+                    data = handle.read()
+            except OSError:
+                return list(self._ev_lines)
+            end = data.rfind(b"\n")
+            if end >= 0:
+                now = time.time()
+                for raw in data[:end].split(b"\n"):
+                    if raw.strip():
+                        try:
+                            self._ev_lines.append((now, json.loads(raw)))
+                        except ValueError:
+                            self._ev_bad.append(raw[:200])
+                self._ev_off += end + 1
+            return list(self._ev_lines)
+
+    def wait(self, pred, timeout, what):
+        """Poll ``pred`` (every 0.05 s) until truthy; None after ``timeout`` s or once the launcher is down."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            value = pred()
+            if value:
+                return value
+            if self.final is not None:
+                value = pred()
+                return value or None
+            time.sleep(0.05)
+        self.out("    (timed out after %.0f s waiting for %s)" % (timeout, what))
+        return None
+
+    def wait_step(self, step, timeout=None):
+        return self.wait(lambda: self.step() >= step and self.launcher_alive() and
+                         self.status().get("pid", self.pid) == self.pid, timeout or self.cfg.timeout / 2,
+                         "step %d" % step)
+
+    def wait_marker(self, pattern, timeout):
+        def find():
+            for path in glob.glob(os.path.join(self.chaos, pattern)):
+                info = read_json(path)
+                if isinstance(info, dict):
+                    return info
+            return None
+        return self.wait(find, timeout, "marker %s" % pattern)
+
+    def trigger(self, name, value):
+        path = os.path.join(self.chaos, name)
+        with open(path + ".tmp", "w") as handle:
+            handle.write(str(value))
+        os.rename(path + ".tmp", path)
+
+    def clear(self, name):
+        try:
+            os.unlink(os.path.join(self.chaos, name))
+        except OSError:
+            pass
+
+    def kill_launcher(self, sig=signal.SIGKILL):
+        with self.lock:
+            pid = self.pid
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        return pid
+
+    def wait_incarnation_gone(self, timeout=ORPHAN_GRACE):
+        """After a kill: the dead incarnation's processes ended (what the next start finds on disk is final)."""
+        inc = self.incarnation
+        return self.wait(lambda: not self.launcher_alive() and not processes_of(self.run_id, inc),
+                         timeout, "incarnation %d's processes to end" % inc)
+
+    # ------------------------------------------------------------------ the end
+    def wait_end(self, deadline):
+        while time.time() < deadline and self.final is None:
+            time.sleep(0.2)
+        return self.final
+
+    def shutdown(self):
+        """Stop sampling, end every process of the run, count what outlived its launcher."""
+        with self.lock:
+            if self.final is None:
+                self.final = "run bound reached"
+            if self.launcher_alive():
+                self.kill_launcher()
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+                self.exits.append((self.incarnation, self.pid, self.proc.poll(), time.time()))
+                self.dead[self.incarnation] = time.time()
+        # the last incarnation's processes get the same grace as the others
+        end = time.time() + ORPHAN_GRACE
+        while time.time() < end and processes_of(self.run_id):
+            time.sleep(0.2)
+        self.stop_flag.set()
+        if self.thread is not None:
+            self.thread.join(5)
+        self._count_orphans(time.time(), force=True)
+        left = processes_of(self.run_id)
+        if left:                  # processes of no dead incarnation (the harness's own helpers)
+            kill_pids(left)
+        self.launcher_out.close()
+
+    def tail(self, n=25):
+        try:
+            with open(os.path.join(self.workdir, "launcher.out"), "rb") as handle:
+                lines = handle.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+
+def _recorded_digests(meta):
+    """``{file: sha256}`` from a meta.json that records digests (the layout issue 24 asks for), else {}."""
+    for key in ("digests", "files", "sha256", "checksums"):
+        value = meta.get(key)
+        if isinstance(value, dict):
+            out = {}
+            for name, digest in value.items():
+                if isinstance(digest, dict):
+                    digest = digest.get("sha256")
+                if isinstance(digest, str):
+                    out[name] = digest
+            if out:
+                return out
+    return {}
+
+
+# ====================================================================== files
+def read_json(path, default=None):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return default
+
+
+def write_hosts_file(efs, hosts, text=None):
+    """Write host_worker as the module does: under host_worker.lock, temp file + rename."""
+    hwf, _ck = _runtime()
+    path = os.path.join(efs, "host_worker")
+    with hwf.locked(path):
+        hwf.atomic_write(path, text if text is not None else "".join(h + "\n" for h in hosts))
+
+
+def raw_log(efs):
+    try:
+        with open(os.path.join(efs, "host_worker_log"), "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def append_raw_log(efs, text):
+    """Append ``text`` to host_worker_log as a writer does (under its lock, fsync'd)."""
+    hwf, _ck = _runtime()
+    path = os.path.join(efs, "host_worker_log")
+    with hwf.locked(path):
+        with open(path, "a") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def next_seq(efs):
+    seqs = [int(m.group(1)) for m in (LOG_LINE.match(l.strip()) for l in raw_log(efs).splitlines()) if m]
+    return (max(seqs) + 1) if seqs else 0
+
+
+# ====================================================================== faults
+class Injection(object):
+    """What a fault did: when, at which step, and what the job must look like afterwards."""
+
+    def __init__(self):
+        self.injected = False
+        self.moment = ""
+        self.t0 = None            # injection start
+        self.t_end = None         # the fault's action over (lock released, restart allowed, ...)
+        self.step = None          # the step reported when it was injected
+        self.gen = 0              # the generation then
+        self.members = list(HOSTS)
+        self.log = [("ADDED", h) for h in HOSTS]
+        self.failed = set()       # hosts allowed a worker_failed event
+        self.allowed_bad_lines = set()
+        self.damaged = None       # a checkpoint the campaign damaged: never to be resumed from
+        self.notes = []
+
+    def start(self, job):
+        self.injected, self.t0, self.step = True, time.time(), job.step()
+        self.gen = job.status().get("generation") or 0
+        if self.t_end is None:
+            self.t_end = self.t0
+
+    def remove(self, host):
+        self.members = [h for h in self.members if h != host]
+        self.log.append(("REMOVED", host))
+
+
+def _moment(rng, lo=8, hi=80):
+    return rng.randint(lo, hi)
+
+
+def _ckpt_window(job):
+    return 3 * job.cfg.checkpoint_every * max(job.cfg.step_sleep, 0.05) + 30
+
+
+def fault_none(job, rng, inj):
+    """Control run: no fault."""
+    k = _moment(rng)
+    inj.moment = "none (step %d observed)" % k
+    if job.wait_step(k):
+        inj.start(job)
+
+
+def fault_launcher_kill_random(job, rng, inj):
+    """SIGKILL of the launcher at a random step (systemd restarts it)."""
+    k, jitter = _moment(rng), round(rng.uniform(0, 0.5), 2)
+    inj.moment = "step>=%d +%.2fs" % (k, jitter)
+    if job.wait_step(k):
+        time.sleep(jitter)
+        inj.start(job)
+        job.kill_launcher()
+
+
+def _pause_checkpoint(job, rng, inj, what):
+    k, frac, delay = _moment(rng), round(rng.uniform(0.1, 0.9), 2), 3.0
+    if not job.wait_step(k):
+        return None
+    job.trigger("ckpt_delay", delay)
+    marker = job.wait_marker("ckpt_writing.*", _ckpt_window(job))
+    if marker is None:
+        job.clear("ckpt_delay")
+        inj.notes.append("no checkpoint write seen (hook not reached)")
+        return None
+    time.sleep(frac * delay)
+    inj.moment = "step>=%d, %s in the checkpoint of step %d (%.0f%% of a %.0f s pause before meta.json)" % (
+        k, what, marker["step"], 100 * frac, delay)
+    return marker
+
+
+def fault_launcher_kill_mid_checkpoint(job, rng, inj):
+    """SIGKILL of the launcher while a worker writes a checkpoint (payload written, meta.json not yet)."""
+    marker = _pause_checkpoint(job, rng, inj, "launcher killed")
+    if marker is not None:
+        inj.start(job)
+        job.kill_launcher()
+        job.clear("ckpt_delay")
+
+
+def fault_worker_kill_mid_checkpoint(job, rng, inj):
+    """SIGKILL of the worker that writes a checkpoint, in the middle of the write."""
+    marker = _pause_checkpoint(job, rng, inj, "writer killed")
+    if marker is None:
+        return
+    inj.start(job)
+    try:
+        os.kill(int(marker["pid"]), signal.SIGKILL)
+    except OSError as exc:
+        inj.notes.append("kill %s: %s" % (marker["pid"], exc))
+    job.clear("ckpt_delay")
+    victim = marker["ip"]
+    inj.moment += " on %s" % victim
+    inj.failed.add(victim)
+    if victim != M:                      # a lost worker is dropped and logged FAILED; the master stays
+        inj.members = [h for h in inj.members if h != victim]
+        inj.log.append(("FAILED", victim))
+
+
+def fault_launcher_kill_mid_resize(job, rng, inj):
+    """host_worker loses a worker; the launcher is SIGKILLed after resize_start, before the new group trains."""
+    k, delay = _moment(rng), round(rng.uniform(0, 0.3), 2)
+    if not job.wait_step(k):
+        return
+    mark = len(job.events())
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    ev = job.wait(lambda: [e for e in job.events()[mark:] if e.get("event") == "resize_start"], 30, "resize_start")
+    if not ev:
+        inj.notes.append("no resize_start")
+        return
+    time.sleep(delay)
+    inj.start(job)
+    mid = not [e for e in job.events()[mark:] if e.get("event") == "resize_end"]
+    job.kill_launcher()
+    inj.moment = "step>=%d, -%s, kill %.2f s after resize_start (%s)" % (
+        k, A, delay, "mid-resize" if mid else "after resize_end: NOT mid-resize")
+
+
+def fault_launcher_kill_mid_append(job, rng, inj):
+    """SIGKILL of the launcher in the middle of its host_worker_log append (half the line written)."""
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    job.trigger("append_tear", 1)
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    marker = job.wait_marker("appending.*", 60)
+    if marker is None:
+        job.clear("append_tear")
+        inj.notes.append("the append hook was not reached")
+        return
+    inj.start(job)
+    job.kill_launcher()
+    inj.moment = "step>=%d, -%s, killed after writing %r" % (k, A, marker.get("written"))
+
+
+def fault_torn_log_line(job, rng, inj):
+    """A torn last host_worker_log line ('N REMOV', no newline), then a membership change."""
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    seq = next_seq(job.efs)
+    inj.start(job)
+    append_raw_log(job.efs, "%d REMOV" % seq)
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    inj.moment = "step>=%d, '%d REMOV' appended, then -%s" % (k, seq, A)
+
+
+def fault_malformed_log_line(job, rng, inj):
+    """A complete but malformed host_worker_log line, then a membership change."""
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    bad = "%d ADDED not-an-address 12345" % next_seq(job.efs)
+    inj.start(job)
+    append_raw_log(job.efs, bad + "\n")
+    inj.allowed_bad_lines.add(bad)
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    inj.moment = "step>=%d, %r appended, then -%s" % (k, bad, A)
+
+
+def fault_malformed_host_worker(job, rng, inj):
+    """host_worker gets a malformed line (kept: the last good membership trains on), then a valid edit."""
+    k, hold = _moment(rng), 3.0
+    if not job.wait_step(k):
+        return
+    mark = len(job.events())
+    inj.start(job)
+    write_hosts_file(job.efs, None, text="%s\nnot-an-ip\n%s\n%s\n" % (A, B, M))
+    time.sleep(hold)
+    reported = [e for e in job.events()[mark:] if e.get("event") == "host_worker_error"]
+    if not reported:
+        inj.notes.append("malformed host_worker not reported (no host_worker_error event)")
+    if [e for e in job.events()[mark:] if e.get("event") == "generation_start"]:
+        inj.notes.append("a new generation started on the malformed file")
+    inj.t_end = time.time()
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    inj.moment = "step>=%d, 'not-an-ip' line for %.0f s, then -%s" % (k, hold, A)
+
+
+def _damage_newest(job, rng, inj, what):
+    k = _moment(rng, lo=3 * job.cfg.checkpoint_every, hi=85)
+    if not job.wait_step(k):
+        return
+    if not job.wait(lambda: len(job.checkpoint_dirs()) >= 2, 60, "two checkpoints"):
+        inj.notes.append("fewer than 2 checkpoints")
+        return
+    job.hold_restart = True
+    inj.start(job)
+    job.kill_launcher()
+    gone = job.wait_incarnation_gone()
+    newest = job.checkpoint_dirs()[-1]
+    path = os.path.join(newest, what)
+    size = os.path.getsize(path)
+    if what == "meta.json":
+        with open(path, "r+b") as handle:     # half a JSON document: unreadable
+            handle.truncate(size // 2)
+    else:
+        with open(path, "r+b") as handle:     # the second half zeroed: a torn/damaged payload
+            handle.seek(size // 2)
+            handle.write(b"\0" * (size - size // 2))
+    inj.damaged = newest
+    inj.moment = "step>=%d, launcher killed, %s of %s damaged (%d bytes), restart" % (
+        k, what, os.path.basename(newest), size)
+    if not gone:
+        inj.notes.append("processes of the killed launcher still ran when the checkpoint was damaged")
+    inj.t_end = time.time()
+    job.hold_restart = False
+
+
+def fault_ckpt_damaged_params(job, rng, inj):
+    """The newest checkpoint's params are damaged while the launcher is down (it must use an older one)."""
+    _damage_newest(job, rng, inj, "params")
+
+
+def fault_ckpt_damaged_meta(job, rng, inj):
+    """The newest checkpoint's meta.json is torn while the launcher is down (it must use an older one)."""
+    _damage_newest(job, rng, inj, "meta.json")
+
+
+def fault_clock_step(job, rng, inj):
+    """The master's wall clock jumps +60 s (launcher and the master's processes; monotonic untouched)."""
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    inj.start(job)
+    job.trigger("clock_offset", 60)
+    inj.moment = "step>=%d, time.time() +60 s on the master" % k
+
+
+def _stall(job, rng, inj, hold):
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, job.efs], stdout=subprocess.PIPE, env=dict(job.env(), DT_CHAOS_INC="holder"),
+        start_new_session=True)
+    line = holder.stdout.readline()
+    if b"held" not in line:
+        inj.notes.append("the lock holder did not get the locks: %r" % line)
+        holder.kill()
+        return
+    inj.start(job)
+    write_hosts_file_unlocked(job.efs, [B, M])
+    inj.remove(A)
+    time.sleep(hold)
+    os.kill(holder.pid, signal.SIGCONT)
+    try:
+        holder.wait(10)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+    inj.t_end = time.time()
+    inj.moment = ("step>=%d, a writer SIGSTOPped for %.0f s holding host_worker.lock, host_worker_log.lock, "
+                  "events.jsonl.lock; -%s meanwhile" % (k, hold, A))
+
+
+HOLDER = r"""
+import os, signal, sys
+from dynatrain_runtime import host_worker_file as hwf
+efs = sys.argv[1]
+with hwf.locked(os.path.join(efs, "host_worker")):
+    with hwf.locked(os.path.join(efs, "host_worker_log")):
+        with hwf.locked(os.path.join(efs, "events.jsonl")):
+            print("held", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)       # a writer frozen with the locks (NFS stall, SIGSTOP)
+"""
+
+
+def write_hosts_file_unlocked(efs, hosts):
+    """The edit that reached host_worker just before the volume stalled (its lock is held by the frozen writer)."""
+    hwf, _ck = _runtime()
+    hwf.atomic_write(os.path.join(efs, "host_worker"), "".join(h + "\n" for h in hosts))
+
+
+def fault_stall_lock(job, rng, inj):
+    """A writer frozen for 15 s holding the host_worker, log and events locks, during a resize."""
+    _stall(job, rng, inj, 15.0)
+
+
+def fault_stall_lock_timeout(job, rng, inj):
+    """The same for 40 s: longer than the 30 s lock timeout of host_worker_file.locked."""
+    _stall(job, rng, inj, 40.0)
+
+
+def fault_stall_launcher(job, rng, inj):
+    """The launcher frozen (SIGSTOP: a master stalled on the shared volume) twice 7 s, > the 6 s dead timeout."""
+    k, hold, gap = _moment(rng, lo=5, hi=20), 7.0, round(rng.uniform(0.5, 1.5), 2)
+    if not job.wait_step(k):
+        return
+    inj.start(job)
+    for i in range(2):               # twice: what the launcher does right after SIGCONT is a race
+        job.kill_launcher(signal.SIGSTOP)
+        time.sleep(hold)
+        job.kill_launcher(signal.SIGCONT)
+        if i == 0:
+            time.sleep(gap)
+    inj.t_end = time.time()
+    inj.moment = "step>=%d, launcher SIGSTOPped %.0f s, SIGCONT, %.2f s later again %.0f s" % (k, hold, gap, hold)
+
+
+FAULTS = [
+    ("none", fault_none, {}),
+    ("launcher-kill-random", fault_launcher_kill_random, {}),
+    ("launcher-kill-mid-checkpoint", fault_launcher_kill_mid_checkpoint, {}),
+    ("launcher-kill-mid-resize", fault_launcher_kill_mid_resize, {}),
+    ("launcher-kill-mid-append", fault_launcher_kill_mid_append, {}),
+    ("worker-kill-mid-checkpoint", fault_worker_kill_mid_checkpoint, {}),
+    ("torn-log-line", fault_torn_log_line, {}),
+    ("malformed-log-line", fault_malformed_log_line, {}),
+    ("malformed-host-worker", fault_malformed_host_worker, {}),
+    ("ckpt-damaged-params", fault_ckpt_damaged_params, {}),
+    ("ckpt-damaged-meta", fault_ckpt_damaged_meta, {}),
+    ("clock-step", fault_clock_step, {"DT_CHAOS_CLOCK": "1", "DT_CHAOS_CLOCK_HOSTS": M}),
+    ("stall-lock", fault_stall_lock, {}),
+    ("stall-lock-timeout", fault_stall_lock_timeout, {}),
+    ("stall-launcher", fault_stall_launcher, {}),
+]
+FAULT_NAMES = [f[0] for f in FAULTS]
+# `make test` (tests/unit/launcher/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2
+QUICK = ["torn-log-line", "launcher-kill-mid-checkpoint", "ckpt-damaged-meta"]
+
+
+# ====================================================================== invariants
+def check(job, inj):
+    """Invariant violations of a finished (or abandoned) run, and the measured numbers."""
+    hwf, ck = _runtime()
+    v = []
+    res = {"recover_s": None, "recomputed": None, "data_lost": None, "orphans": len(job.orphans),
+           "val_acc": None, "restarts": max(0, job.incarnation - 1)}
+    # --- the launcher never stops for good; the job finishes
+    if job.final == "run bound reached":
+        v.append("the job did not finish within the run's bound (%.0f s)" % job.cfg.timeout)
+    elif job.final != "exit 0":
+        v.append("launcher down for good: %s" % job.final)
+    status = read_json(os.path.join(job.efs, "status.json")) or {}
+    if job.final == "exit 0" and status.get("state") != "finished":
+        v.append("launcher exited 0 with status.json state %r" % status.get("state"))
+    final = read_json(os.path.join(job.efs, "results", "final.json"))
+    if final is None:
+        v.append("no results/final.json: the job did not finish")
+    else:
+        res["val_acc"] = final.get("val_acc")
+        if not isinstance(final.get("val_acc"), (int, float)) or final["val_acc"] < 0.9:
+            v.append("val_acc %s < 0.9" % final.get("val_acc"))
+    # --- exactly once (the final checkpoint's audit)
+    latest = None
+    for path in reversed(job.checkpoint_dirs()):
+        meta = read_json(os.path.join(path, "meta.json"))
+        if isinstance(meta, dict) and meta.get("finished"):
+            latest = meta
+            break
+    if latest is None:
+        if final is not None:
+            v.append("no finished checkpoint to audit")
+    else:
+        audit, n = latest.get("audit") or {}, int(latest.get("num_samples") or 0)
+        problems = ck.audit_check(audit, n)
+        v.extend("audit: %s" % p for p in problems)
+        steps = [r["step"] for r in audit.get("steps", [])]
+        missing_steps = sorted(set(range(max(steps) + 1 if steps else 0)) - set(steps))
+        repeated_steps = len(steps) - len(set(steps))
+        if missing_steps or repeated_steps:
+            v.append("audit steps not 0..N-1: %d missing %s, %d repeated" % (len(missing_steps), missing_steps[:10],
+                                                                             repeated_steps))
+        epochs = sorted(audit.get("completed_epochs", []))
+        if epochs != list(range(job.cfg.epochs)):
+            v.append("completed epochs %s, expected 0..%d" % (epochs, job.cfg.epochs - 1))
+        lost = 0
+        per_epoch = {}
+        for rec in audit.get("steps", []):
+            per_epoch.setdefault(rec["epoch"], set()).update(rec["idx"])
+        for epoch in range(job.cfg.epochs):
+            lost += n - len(per_epoch.get(epoch, set()) & set(range(n)))
+        res["data_lost"] = lost + len(missing_steps)
+    # --- host_worker_log
+    text = raw_log(job.efs)
+    lines = text.split("\n")
+    if lines and lines[-1] != "":
+        v.append("host_worker_log: torn last line %r (no newline)" % lines[-1])
+    parsed = []
+    for raw in [l for l in lines if l.strip()]:
+        m = LOG_LINE.match(raw.strip())
+        if m:
+            parsed.append((int(m.group(1)), m.group(2), m.group(3)))
+        elif raw.strip() not in inj.allowed_bad_lines:
+            v.append("host_worker_log: line does not parse: %r" % raw)
+    seqs = [p[0] for p in parsed]
+    if seqs != list(range(len(seqs))):
+        v.append("host_worker_log: SEQ not contiguous from 0: %s" % seqs)
+    got = [(p[1], p[2]) for p in parsed]
+    if got != inj.log:
+        v.append("host_worker_log events %s, expected %s" % (_fmt_log(got), _fmt_log(inj.log)))
+    try:
+        hosts = hwf.parse_hosts(open(os.path.join(job.efs, "host_worker")).read())
+    except (OSError, ValueError) as exc:
+        hosts = "unreadable: %s" % exc
+    if hosts != inj.members:
+        v.append("host_worker %s, expected %s" % (hosts, inj.members))
+    # --- failures, fresh starts, checkpoints
+    timed = job.timed_events()
+    events = [e for _t, e in timed]
+    for e in events:
+        if e.get("event") == "worker_failed" and e.get("ip") not in inj.failed:
+            v.append("spurious worker_failed %s: %s" % (e.get("ip"), e.get("reason")))
+    gens = [e for e in events if e.get("event") == "generation_start"]
+    for t, e in timed:
+        if e.get("event") == "generation_start" and job.first_ckpt_at is not None and t > job.first_ckpt_at + 0.3 \
+                and not e.get("resume_step"):
+            v.append("generation %s started from step 0 while checkpoints existed" % e.get("generation"))
+    if inj.damaged:
+        for e in gens:
+            if e.get("resume_path") and os.path.abspath(e["resume_path"]) == os.path.abspath(inj.damaged):
+                v.append("generation %s resumed from the damaged %s"
+                         % (e.get("generation"), os.path.basename(inj.damaged)))
+    if job.ckpt_gaps:
+        t, listing = job.ckpt_gaps[0]
+        v.append("no verifying checkpoint at %d sample(s), first %.1f s after the injection: %s"
+                 % (len(job.ckpt_gaps), t - (inj.t0 or t), listing))
+    left = [n for n in os.listdir(job.ckdir) if n.startswith((".tmp-", ".trash-"))] if os.path.isdir(job.ckdir) \
+        else []
+    if left:
+        v.append("left in checkpoints/: %s" % left)
+    if job._ev_bad:
+        v.append("events.jsonl: %d line(s) not JSON: %r" % (len(job._ev_bad), job._ev_bad[0]))
+    if job.orphans:
+        v.append("orphans: %s" % ["inc%d pid %d %s" % o for o in job.orphans][:3])
+    # --- recovery time and recomputed steps
+    if inj.injected:
+        # recovered: after the fault's action and after the launcher's last crash, a live incarnation
+        # trains past the injection's step with the expected membership -- and the run ended well
+        # (a generation started since the injection: one after the injection's; the step: past the highest
+        # reported before the fault's action ended)
+        t_from = max([inj.t_end or inj.t0] + [when for _i, _p, rc, when in job.exits if rc != 0])
+        ref = max([inj.step or 0] + [int(s.get("step") or 0) for t, s in job.samples if t <= t_from])
+        new_gen = any(e.get("event") == "generation_start" for t, e in timed if t >= inj.t0)
+        for t, s in (job.samples if job.final == "exit 0" else []):
+            if t < t_from:
+                continue
+            if s.get("state") == "finished" or (
+                    int(s.get("step") or 0) > ref and s.get("pid") not in _killed_before(job, t) and
+                    (not new_gen or int(s.get("generation") or 0) > inj.gen) and
+                    list(s.get("membership") or []) == inj.members):
+                res["recover_s"] = round(t - inj.t0, 1)
+                break
+        after = [(t, e) for t, e in timed if e.get("event") == "generation_start" and t >= inj.t0]
+        reported = [e.get("recomputed_steps", 0) or 0 for t, e in timed
+                    if e.get("event") == "resize_end" and t >= inj.t0]
+        recomputed = 0
+        if after:
+            t_gen, gen = after[0]
+            seen = [int(s.get("step") or 0) for t, s in job.samples if t <= t_gen]
+            recomputed = max(0, max(seen or [0]) - int(gen.get("resume_step") or 0))
+        res["recomputed"] = max([recomputed] + reported)
+    else:
+        v.append("fault not injected: %s" % ("; ".join(inj.notes) or "its moment never came"))
+    for note in inj.notes:
+        if inj.injected:
+            v.append(note)
+    return _collapse(v), res
+
+
+def _collapse(violations):
+    """One line per kind: repeats counted, 'generation N ...' lines merged into 'generations N, M ...'."""
+    out, index = [], {}
+    for item in violations:
+        m = re.match(r"^generation (\d+) (.*)$", item)
+        key = ("gen", m.group(2)) if m else ("same", item)
+        if key in index:
+            index[key][1].append(m.group(1) if m else None)
+        else:
+            index[key] = (len(out), [m.group(1) if m else None])
+            out.append(key)
+    lines = []
+    for key in out:
+        hits = index[key][1]
+        if key[0] == "gen":
+            lines.append("generation%s %s %s" % ("s" if len(hits) > 1 else "", ", ".join(hits), key[1]))
+        else:
+            lines.append(key[1] + (" (x%d)" % len(hits) if len(hits) > 1 else ""))
+    return lines
+
+
+def _killed_before(job, t):
+    """PIDs of launcher incarnations that had ended by ``t`` (a status.json they wrote is stale)."""
+    return {pid for _inc, pid, _rc, when in job.exits if when <= t}
+
+
+def _fmt_log(entries):
+    return "[" + ", ".join("%s %s" % (e, ip.rsplit(".", 1)[-1]) for e, ip in entries) + "]"
+
+
+# ====================================================================== the campaign
+class Result(object):
+    def __init__(self, fault, seed):
+        self.fault, self.seed = fault, seed
+        self.inj = None
+        self.violations = []
+        self.numbers = {}
+        self.seconds = 0.0
+        self.workdir = None
+        self.version = "?"
+
+    @property
+    def ok(self):
+        return self.inj is not None and self.inj.injected and not self.violations
+
+    def row(self):
+        n, inj = self.numbers, self.inj
+        rec = n.get("recover_s")
+        return [self.fault, "yes" if inj and inj.injected else "NO",
+                "yes" if (inj and inj.injected and rec is not None) else "NO",
+                "-" if rec is None else "%.1f" % rec,
+                _dash(n.get("recomputed")), _dash(n.get("data_lost")), _dash(n.get("orphans")),
+                _dash(n.get("restarts")), str(len(self.violations)), "PASS" if self.ok else "FAIL"]
+
+
+def _dash(value):
+    return "-" if value is None else str(value)
+
+
+HEADER = ["fault", "injected", "recovered", "recover_s", "recomputed", "data_lost", "orphans", "restarts",
+          "violations", "result"]
+
+
+def format_table(results):
+    rows = [HEADER] + [r.row() for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    out = []
+    for i, row in enumerate(rows):
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+        if i == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def format_details(results):
+    out = []
+    for r in results:
+        kept = " [kept: %s]" % r.workdir if r.workdir else ""
+        out.append("%s (seed %d, runtime %s): %s -- %s%s" % (r.fault, r.seed, r.version,
+                                                             r.inj.moment if r.inj else "?",
+                                                             "PASS" if r.ok else "FAIL", kept))
+        for item in r.violations:
+            out.append("    - " + item)
+    return "\n".join(out)
+
+
+def stage_code(kind, dest):
+    """A runtime package to put first on the path: this working tree's (``tree``) or HEAD's (``head``).
+
+    Assembled as runtime/build.py stages the wheel: the package plus the collection's
+    ``host_worker_file.py`` and a ``_version.py``.  Returns ``(directory, version)``.
+    """
+    pkg = os.path.join(dest, "dynatrain_runtime")
+    fmt = os.path.join("plugins", "module_utils", "host_worker_file.py")
+    if kind == "tree":
+        shutil.copytree(os.path.join(ROOT, "runtime", "dynatrain_runtime"), pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.path.join(ROOT, fmt), pkg)
+    else:
+        rev = subprocess.check_output(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], text=True).strip()
+        raw = os.path.join(dest, "git")
+        os.makedirs(raw)
+        archive = subprocess.run(["git", "-C", ROOT, "archive", "HEAD", "runtime/dynatrain_runtime", fmt],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", raw], input=archive, check=True)
+        shutil.move(os.path.join(raw, "runtime", "dynatrain_runtime"), pkg)
+        shutil.copy(os.path.join(raw, fmt), pkg)
+        shutil.rmtree(raw)
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(pkg, "**", "*.py"), recursive=True)):
+        with open(path, "rb") as handle:
+            digest.update(os.path.relpath(path, pkg).encode() + b"\0" + handle.read())
+    version = "%s-%s" % (kind if kind == "tree" else "head-" + rev, digest.hexdigest()[:10])
+    with open(os.path.join(pkg, "_version.py"), "w") as handle:
+        handle.write("__version__ = %r\n" % version)
+    return dest, version
+
+
+def runtime_version(node_python, pythonpath):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath)) if pythonpath else None
+    try:
+        return subprocess.check_output([node_python, "-c", "import dynatrain_runtime as d; print(d.__version__)"],
+                                       env=env, text=True, stderr=subprocess.DEVNULL).strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def prepare_data(node_python, dest, pythonpath):
+    out = os.path.join(dest, "digits.npz")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath)) if pythonpath else None
+    subprocess.check_call([node_python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", out],
+                          stdout=subprocess.DEVNULL, env=env)
+    return out
+
+
+def run_fault(name, seed, cfg, node_python, data, base_dir, index, pythonpath=(), port_base=23000, out=print):
+    fn, env = {f[0]: (f[1], f[2]) for f in FAULTS}[name]
+    result = Result(name, seed)
+    workdir = tempfile.mkdtemp(prefix="%s-" % name, dir=base_dir)
+    rng = random.Random("%d:%s" % (seed, name))
+    job = Job(workdir, cfg, node_python, data, port_base + 50 * index, list(pythonpath), env, out=out)
+    inj = Injection()
+    result.inj = inj
+    t0 = time.time()
+    result.version = runtime_version(node_python, list(pythonpath))
+    out("--- %s (seed %d, runtime %s) in %s" % (name, seed, result.version, workdir))
+    try:
+        job.start(HOSTS)
+        try:
+            fn(job, rng, inj)
+        except Exception as exc:           # noqa: BLE001 - a harness error is a failed row, not a crash
+            inj.notes.append("harness error while injecting: %r" % (exc,))
+            import traceback
+            traceback.print_exc()
+        out("    injected: %s" % (inj.moment or "-"))
+        job.wait_end(t0 + cfg.timeout)
+        if job.final is None:
+            inj.notes.append("run bound of %.0f s reached (job neither finished nor stopped)" % cfg.timeout)
+    finally:
+        job.shutdown()
+    result.violations, result.numbers = check(job, inj)
+    after = runtime_version(node_python, list(pythonpath))
+    if after != result.version:
+        result.violations.append("harness: the runtime was reinstalled during the run (%s -> %s): rerun"
+                                 % (result.version, after))
+    result.seconds = round(time.time() - t0, 1)
+    result.tail = job.tail()
+    result.workdir = workdir
+    out("    %s in %.0f s: %d violation(s)" % ("PASS" if result.ok else "FAIL", result.seconds,
+                                               len(result.violations)))
+    for item in result.violations:
+        out("      - " + item)
+    return result
+
+
+def run_campaign(faults, seed=1, cfg=None, node_python=DEFAULT_NODE_PYTHON, code="installed", base_dir=None,
+                 keep="failed", port_base=23000, out=print):
+    cfg = cfg or JobConfig()
+    own_base = base_dir is None
+    base_dir = base_dir or tempfile.mkdtemp(prefix="dt-chaos-")
+    pythonpath = []
+    if code in ("tree", "head"):
+        staged, _version = stage_code(code, tempfile.mkdtemp(prefix="code-%s-" % code, dir=base_dir))
+        pythonpath = [staged]
+        sys.path.insert(0, staged)
+        for mod in [m for m in sys.modules if m == "dynatrain_runtime" or m.startswith("dynatrain_runtime.")]:
+            del sys.modules[mod]
+    data = prepare_data(node_python, base_dir, pythonpath)
+    results = []
+    for i, name in enumerate(faults):
+        r = run_fault(name, seed, cfg, node_python, data, base_dir, i, pythonpath, port_base, out)
+        if keep == "none" or (keep == "failed" and r.ok):
+            shutil.rmtree(r.workdir, ignore_errors=True)
+            r.workdir = None
+        results.append(r)
+    if own_base and keep == "none":
+        shutil.rmtree(base_dir, ignore_errors=True)
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--faults", default=None, help="comma-separated fault names [all]")
+    ap.add_argument("--quick", action="store_true", help="the quick subset (%s)" % ",".join(QUICK))
+    ap.add_argument("--list", action="store_true", help="list the faults and exit")
+    ap.add_argument("--seed", type=int, default=1, help="draws every fault's moment (printed) [%(default)s]")
+    ap.add_argument("--python", default=DEFAULT_NODE_PYTHON, help="node Python with MXNet [%(default)s]")
+    ap.add_argument("--code", choices=("installed", "tree", "head"), default="installed",
+                    help="the runtime installed in --python, or a copy of this working tree's, or of git HEAD's "
+                         "(the product before the uncommitted fixes) [%(default)s]")
+    ap.add_argument("--timeout", type=float, default=300.0, help="bound of one run, s [%(default)s]")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--step-sleep", type=float, default=0.1)
+    ap.add_argument("--checkpoint-every", type=int, default=10)
+    ap.add_argument("--port-base", type=int, default=23000)
+    ap.add_argument("--keep", choices=("failed", "all", "none"), default="failed",
+                    help="keep the work directories of these runs [%(default)s]")
+    ap.add_argument("--workdir", default=None, help="parent of the runs' directories [a new temp dir]")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, fn, _env in FAULTS:
+            print("%-30s %s%s" % (name, (fn.__doc__ or "").strip(), "  [quick]" if name in QUICK else ""))
+        return 0
+    faults = QUICK if args.quick else (args.faults.split(",") if args.faults else FAULT_NAMES)
+    unknown = [f for f in faults if f not in FAULT_NAMES]
+    if unknown:
+        ap.error("unknown fault(s) %s; --list shows them" % unknown)
+    if not os.access(args.python, os.X_OK):
+        ap.error("no node Python at %s (make node-venv, or --python)" % args.python)
+    cfg = JobConfig(epochs=args.epochs, step_sleep=args.step_sleep, checkpoint_every=args.checkpoint_every,
+                    timeout=args.timeout)
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    t0 = time.time()
+    results = run_campaign(faults, args.seed, cfg, args.python, args.code, args.workdir, args.keep,
+                           args.port_base)
+    print()
+    print("chaos campaign: seed %d, %d fault(s), %.0f s; replay one with: %s --seed %d --faults NAME"
+          % (args.seed, len(results), time.time() - t0, os.path.relpath(__file__), args.seed))
+    print(format_table(results))
+    print()
+    print(format_details(results))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([{"fault": r.fault, "seed": r.seed, "ok": r.ok, "moment": r.inj.moment if r.inj else None,
+                        "injected": bool(r.inj and r.inj.injected), "violations": r.violations,
+                        "seconds": r.seconds, "workdir": r.workdir, "runtime": r.version, **r.numbers} for r in results], handle, indent=1)
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
