@@ -60,6 +60,15 @@ run_e2e_beside_roles() {
   cat "$log"
 }
 
+# The torch engine's node wheels (python -m localcloud wheelhouse --engine torch: PyTorch's CPU build,
+# 192 MB; nothing when present), fetched once before the stages that use them. The torch molecule
+# scenario and tests/e2e/test_torch_engine.py ask for them too, but fetched then they would arrive in
+# the controller wheelhouse while another e2e module runs, and its wheel names are part of a baked
+# image's recipe: an image baked before they arrived would be stale for that module's next bootstrap.
+if [[ " $STAGES " == *" molecule "* || " $STAGES " == *" e2e "* ]]; then
+  python -m localcloud wheelhouse --engine torch || overall=1
+fi
+
 parallel=0
 if [[ " $STAGES " == *" molecule "* && " $STAGES " == *" e2e "* && -z "${DT_TEST_SERIAL:-}" && -z "${DT_MOLECULE_SCENARIOS:-}" ]]; then
   parallel=1
