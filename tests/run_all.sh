@@ -78,7 +78,8 @@ for stage in $STAGES; do
   case $stage in
     lint) run_stage lint bash tests/lint.sh ;;
     sanity) run_stage sanity bash tests/sanity.sh ;;
-    unit) run_stage unit python -m pytest tests/unit -q -p no:cacheprovider ;;
+    # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
+    unit) run_stage unit python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25 ;;
     molecule)
       if [ $parallel = 1 ]; then
         DT_MOLECULE_SCENARIOS="$(scenarios cloud)" run_stage molecule-cloud bash tests/molecule.sh
