@@ -1,14 +1,16 @@
-"""``python -m dynatrain_runtime.launcher child [--env K=V ...] -- CMD...``: run CMD, die with our stdin.
+"""``python -m dynatrain_runtime.launcher child [--env K=V ...] [--env-stdin] -- CMD...``: run CMD, die with our stdin.
 
 Every process the launcher starts (locally or over ssh) runs under this wrapper, so
 nothing outlives the launcher or its ssh session: stdin lines are forwarded to the
 child; when stdin reaches EOF or we get SIGTERM/SIGHUP, the child's process group is
-terminated (then killed).  Exits with the child's status.
+terminated (then killed).  Exits with the child's status.  With ``--env-stdin`` the first
+stdin line is a JSON object of more environment (the job's secrets: never on a command line).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -48,9 +50,21 @@ def _pump_stdin(proc, done):
         _kill_group(proc)
 
 
+def _read_env_line(line):
+    """``{name: value}`` from the ``--env-stdin`` line, or None when it is not one."""
+    try:
+        extra = json.loads(line.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(extra, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in extra.items()):
+        return None
+    return extra
+
+
 def child_main(argv):
     ap = argparse.ArgumentParser(prog="dynatrain_runtime.launcher child")
     ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("--env-stdin", action="store_true")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
@@ -61,6 +75,13 @@ def child_main(argv):
     for item in args.env:
         key, _sep, value = item.partition("=")
         env[key] = value
+    if args.env_stdin:
+        extra = _read_env_line(sys.stdin.buffer.readline())
+        if extra is None:
+            print("launcher child: --env-stdin: the first stdin line is not a JSON object of strings",
+                  file=sys.stderr)
+            return 2
+        env.update(extra)
     try:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True)
     except OSError as exc:

@@ -37,7 +37,7 @@ from .proc import Proc, reap
 from .records import Records
 from .spares import SparePool, server_hosts
 from .torchenv import free_port, torch_worker_env
-from .transport import Transport
+from .transport import Transport, secret_env
 
 
 RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
@@ -57,7 +57,7 @@ class Launcher:
         self.retry_writes_at = 0.0              # monotonic: when to retry failed log/host_worker writes
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
-                                   args.ssh_connect_timeout, args.local_ip)
+                                   args.ssh_connect_timeout, args.local_ip, secrets=secret_env())
         self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth,
                                 servers=args.engine == "mxnet")      # torch: workers only
         self.master = args.master             # the transport runs the master's processes locally
@@ -124,7 +124,7 @@ class Launcher:
         else:
             argv = [a.python, "-m", "dynatrain_runtime.serve"]
         cmd = self.transport.command(host, argv, self.static_env(host))
-        return Proc(host, kind, cmd, self.msgq, self.out)
+        return Proc(host, kind, cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
 
     # ------------------------------------------------------------------ generations
     def next_generation_id(self):

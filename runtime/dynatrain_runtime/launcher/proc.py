@@ -15,7 +15,7 @@ from ..protocol import parse_message
 class Proc:
     """A process started through the child wrapper; its ``@@DT`` messages go to ``msgq``."""
 
-    def __init__(self, host, kind, cmd, msgq, out):
+    def __init__(self, host, kind, cmd, msgq, out, stdin_head=b""):
         self.host = host
         self.kind = kind                 # "worker" or "serve" until assigned; then role
         self.role = None
@@ -32,6 +32,12 @@ class Proc:
         self._msgq, self._out = msgq, out
         self.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, start_new_session=True)
+        if stdin_head:                   # the wrapper's --env-stdin line (secrets: never on a command line)
+            try:
+                self.popen.stdin.write(stdin_head)
+                self.popen.stdin.flush()
+            except (OSError, ValueError):
+                pass                     # it died at once: poll() tells
         self.reader = threading.Thread(target=self._read, name="read-" + self.label, daemon=True)
         self.reader.start()
 

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 
 CHILD = ["-m", "dynatrain_runtime.launcher", "child"]
+SECRET_NAMES_VAR = "DT_TRAIN_ENV_NAMES"     # train.env names the job's secrets (names only)
+
+
+def secret_env(environ=None):
+    """``{name: value}`` of the job's secrets (``dt_train_env``) in the launcher's environment.
+
+    systemd gives them to the launcher from the root-owned ``train.env`` (``EnvironmentFile=``),
+    with ``DT_TRAIN_ENV_NAMES`` naming them; a local process inherits them, a remote one gets
+    them on its stdin (``stdin_head``), never on a command line.
+    """
+    environ = os.environ if environ is None else environ
+    names = environ.get(SECRET_NAMES_VAR, "").split()
+    return {name: environ[name] for name in names if name in environ}
 
 
 class Transport:
@@ -16,8 +30,9 @@ class Transport:
     """
 
     def __init__(self, kind, python, ssh_user="admin", ssh_key="~/.ssh/dynatrain_cluster",
-                 known_hosts="~/.ssh/known_hosts_dynatrain", connect_timeout=10, local_ips=()):
+                 known_hosts="~/.ssh/known_hosts_dynatrain", connect_timeout=10, local_ips=(), secrets=None):
         self.kind = kind
+        self.secrets = dict(secrets or {})
         self.python = python
         self.ssh_user, self.ssh_key, self.known_hosts = ssh_user, ssh_key, known_hosts
         self.connect_timeout = connect_timeout
@@ -36,10 +51,22 @@ class Transport:
                 f"{self.ssh_user}@{host}"]
 
     def command(self, host, argv, env):
+        """The command line; public settings only (a remote process's secrets: ``stdin_head``)."""
         wrapper = [self.python] + CHILD
         for key in sorted(env):
             wrapper += ["--env", f"{key}={env[key]}"]
+        if self.stdin_head(host):
+            wrapper += ["--env-stdin"]
         wrapper += ["--"] + list(argv)
         if self.is_local(host):
             return wrapper
         return self.ssh_base(host) + ["--", " ".join(shlex.quote(x) for x in wrapper)]
+
+    def stdin_head(self, host):
+        """The first line a process on ``host`` reads (``--env-stdin``): its secrets, or ``b""``.
+
+        A local process inherits them from the launcher's environment, so it gets none here.
+        """
+        if not self.secrets or self.is_local(host):
+            return b""
+        return (json.dumps(self.secrets, sort_keys=True) + "\n").encode()
