@@ -4,8 +4,8 @@ With ``update_on_kvstore=False`` every worker applies the same aggregated gradie
 same weights, so each one holds the job's full state: parameters, optimizer state and
 sampler position.  At a step boundary a worker *issues* a ``BoundarySnapshot``: copies
 of the parameters and optimizer states queued on MXNet's engine (ordered after this step's
-update and before the next one's, so they hold exactly this boundary's state), the pickled
-optimizer and the checkpoint meta.  Nothing waits for them there: the training thread only
+update and before the next one's, so they hold exactly this boundary's state), the
+optimizer's update counters and the checkpoint meta.  Nothing waits for them there: the training thread only
 confirms a snapshot when it issues the next one, after later forward passes needed the same
 update, so the wait is free.  A confirmed snapshot is never one whose step's collective did
 not finish.  ``Elastic`` issues one at a boundary when the wall time since the last is at
@@ -35,7 +35,6 @@ optimizer's ``state_dict``, complete when taken).
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 import time
 
@@ -45,12 +44,12 @@ CONFIRM_WAIT = 1.0        # s the recover handler waits for a pending snapshot's
 class BoundarySnapshot:
     """One step boundary's state, immutable once taken (a new one replaces it)."""
 
-    def __init__(self, step, meta, params, states, optimizer_blob, audit=None, complete=True):
+    def __init__(self, step, meta, params, states, counters, audit=None, complete=True):
         self.step = int(step)
         self.meta = meta                      # checkpoint meta without "audit", a private copy
         self.params = params                  # name -> NDArray copy (the save_parameters names)
         self.states = states                  # index -> NDArray / tuple / None copies
-        self.optimizer_blob = optimizer_blob  # pickle of the optimizer at the boundary
+        self.counters = counters              # the optimizer's update counters at the boundary (plain data)
         self.audit = audit                    # (audit_log, n_steps, n_completed) or None
         self.taken = time.time()
         self.complete = complete              # every copy is known to have completed
@@ -67,9 +66,10 @@ class BoundarySnapshot:
         """
         meta, audit = boundary_meta(meta, audit_log)
         params = {key: p._reduce() for key, p in net._collect_params_with_prefix().items()}
+        from .engines.mxnet import optimizer_counters     # (pure Python: no MXNet import)
         states = {i: _copy_state(s) for i, s in trainer._updaters[0].states.items()}
-        blob = pickle.dumps(trainer._updaters[0].optimizer)
-        return cls(meta["step"], meta, params, states, blob, audit, complete=False)
+        counters = optimizer_counters(trainer._updaters[0].optimizer)
+        return cls(meta["step"], meta, params, states, counters, audit, complete=False)
 
     @classmethod
     def take(cls, net, trainer, meta, audit_log=None):
@@ -105,12 +105,12 @@ class BoundarySnapshot:
 
     def write(self, mx, store, **recovery):
         """Commit this snapshot as checkpoint ``step`` (atomically); returns its path."""
+        from .engines.mxnet import save_optimizer_state   # the checkpoint's format: one home
+
         def payload(tmp):
             save = mx.npx.save if mx.util.is_np_array() else mx.nd.save
             save(os.path.join(tmp, "params"), self.params)
-            # the Trainer.save_states format (update_on_kvstore=False): pickle((states, optimizer))
-            with open(os.path.join(tmp, "trainer.states"), "wb") as handle:
-                handle.write(pickle.dumps((self.states, pickle.loads(self.optimizer_blob))))
+            save_optimizer_state(mx, self.states, self.counters, tmp)
 
         return store.write(self.step, self.checkpoint_meta(**recovery), payload)
 

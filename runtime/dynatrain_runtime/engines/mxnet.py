@@ -2,19 +2,37 @@
 
 Workers connect through the kvstore the launcher's ``DMLC_*`` environment describes (the
 ``local`` one outside the launcher); the metrics vector is one ``pushpull`` of key
-``STATS_KEY``; checkpoints are ``params`` (``save_parameters``) and ``trainer.states``
-(``Trainer.save_states``); the boundary snapshot is ``recovery.BoundarySnapshot`` (copies
-queued on MXNet's engine).  MXNet is imported when the engine is created.
+``STATS_KEY``; checkpoints are ``params`` (``save_parameters``) and the optimizer's state
+without pickle (``save_optimizer_state``: its arrays in MXNet's NDArray format, their layout
+and the optimizer's update counters in JSON); the boundary snapshot is
+``recovery.BoundarySnapshot`` (copies queued on MXNet's engine).  MXNet is imported when the
+engine is created.
+
+A checkpoint is data, never code: ``Trainer.save_states`` pickles ``(states, optimizer)`` and
+``load_states`` unpickles whatever the file holds, and a checkpoint can come from any prefix
+``resume_from`` names.  The optimizer object itself is the script's (its hyperparameters as
+the script builds it; the learning rate from the checkpoint meta); only its arrays and
+counters are restored.  An older checkpoint's ``trainer.states`` is loaded only when
+``DT_TRUST_PICKLED_STATES=1`` says its source is trusted.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from .. import devices
 from ..recovery import BoundarySnapshot
 
 STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
+STATES_FILE = "optimizer.states"      # the optimizer state's arrays (MXNet's NDArray format)
+STATES_LAYOUT = "optimizer.json"      # where each array goes in the updater's states, and the counters
+LEGACY_STATES = "trainer.states"      # Trainer.save_states' pickle (checkpoints of older releases)
+TRUST_PICKLE_VAR = "DT_TRUST_PICKLED_STATES"
+
+
+class UntrustedCheckpoint(ValueError):
+    """A checkpoint whose optimizer state is a pickle (it could run code when loaded)."""
 
 
 class MXNetEngine:
@@ -47,13 +65,27 @@ class MXNetEngine:
 
     def load(self, path):
         self.net.load_parameters(os.path.join(path, "params"), ctx=self.devices())
-        states = os.path.join(path, "trainer.states")
-        if os.path.exists(states):
-            self.trainer.load_states(states)
+        trainer = self.trainer
+        if os.path.exists(os.path.join(path, STATES_LAYOUT)):
+            if not trainer._kv_initialized:       # as Trainer.load_states: the updaters exist from here
+                trainer._init_kvstore()
+            if trainer._params_to_init:
+                trainer._init_params()
+            load_optimizer_state(self.mx, trainer_updaters(trainer), path)
+        elif os.path.exists(os.path.join(path, LEGACY_STATES)):
+            if os.environ.get(TRUST_PICKLE_VAR) != "1":
+                raise UntrustedCheckpoint(
+                    f"{path} holds its optimizer state as a pickle ({LEGACY_STATES}, a checkpoint of an older "
+                    f"release): loading it would run whatever code it holds. Resume from a newer checkpoint, or, "
+                    f"if you trust where this one comes from, set {TRUST_PICKLE_VAR}=1 in the job's environment "
+                    f"(dt_train_env) to load it.")
+            trainer.load_states(os.path.join(path, LEGACY_STATES))
 
     def save(self, tmp):
         self.net.save_parameters(os.path.join(tmp, "params"))
-        self.trainer.save_states(os.path.join(tmp, "trainer.states"))
+        updaters = trainer_updaters(self.trainer)
+        optimizer = updaters[0].optimizer if updaters else None
+        save_optimizer_state(self.mx, updaters[0].states if updaters else {}, optimizer_counters(optimizer), tmp)
 
     def after_load(self, control_len):
         """The metrics key, then the Trainer's keys: rank 0's parameters reach the servers before any pull."""
@@ -110,6 +142,79 @@ class MXNetEngine:
 
     def close(self):
         pass
+
+
+def trainer_updaters(trainer):
+    """The updaters that hold the optimizer state here: the Trainer's, or a local kvstore's; ``[]`` when the
+    state lives on the parameter servers (``update_on_kvstore`` with a dist kvstore: nothing to save here)."""
+    if not getattr(trainer, "_update_on_kvstore", False):
+        return list(trainer._updaters)
+    updater = getattr(getattr(trainer, "_kvstore", None), "_updater", None)
+    return [updater] if updater is not None else []
+
+
+def optimizer_counters(optimizer):
+    """The optimizer's update counters (what its schedules and Adam's bias correction read): plain data."""
+    if optimizer is None:
+        return {}
+    counts = getattr(optimizer, "_all_index_update_counts", None) or {0: optimizer._index_update_count}
+    return {"num_update": int(optimizer.num_update),
+            "index_update_counts": {str(dev): {str(i): int(n) for i, n in c.items()} for dev, c in counts.items()}}
+
+
+def _flatten(state, key, arrays):
+    """The JSON layout of one updater state (None, an array, or a tuple/list of them), its arrays into ``arrays``."""
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return {"seq": type(state).__name__, "items": [_flatten(s, f"{key}.{j}", arrays) for j, s in enumerate(state)]}
+    if not hasattr(state, "asnumpy"):
+        raise TypeError(f"optimizer state {key} is a {type(state).__name__}, not an array: it cannot be checkpointed")
+    arrays[key] = state
+    return key
+
+
+def _rebuild(layout, arrays, copy):
+    if layout is None:
+        return None
+    if isinstance(layout, dict):
+        items = [_rebuild(item, arrays, copy) for item in layout["items"]]
+        return tuple(items) if layout["seq"] == "tuple" else list(items)
+    return arrays[layout].copy() if copy else arrays[layout]
+
+
+def save_optimizer_state(mx, states, counters, directory):
+    """Write an updater's ``states`` (index -> array / tuple / None) and ``counters`` without pickle."""
+    arrays, layout = {}, {}
+    for index in sorted(states):
+        layout[str(index)] = _flatten(states[index], str(index), arrays)
+    if arrays:
+        save = mx.npx.save if mx.util.is_np_array() else mx.nd.save
+        save(os.path.join(directory, STATES_FILE), arrays)
+    with open(os.path.join(directory, STATES_LAYOUT), "w") as handle:
+        json.dump({"format": 1, "states": layout, "counters": counters}, handle, sort_keys=True)
+
+
+def load_optimizer_state(mx, updaters, directory):
+    """Restore what ``save_optimizer_state`` wrote into ``updaters`` and their optimizer; no pickle."""
+    with open(os.path.join(directory, STATES_LAYOUT)) as handle:
+        doc = json.load(handle)
+    if doc.get("format") != 1:
+        raise ValueError(f"{directory}/{STATES_LAYOUT}: format {doc.get('format')!r} is not one this runtime reads")
+    arrays = {}
+    if os.path.exists(os.path.join(directory, STATES_FILE)):
+        load = mx.npx.load if mx.util.is_np_array() else mx.nd.load
+        arrays = load(os.path.join(directory, STATES_FILE))
+    for n, updater in enumerate(updaters):
+        updater.states = {int(i): _rebuild(lay, arrays, copy=n > 0) for i, lay in doc["states"].items()}
+        updater.states_synced = dict.fromkeys(updater.states, False)   # moved to the weights' devices on use
+    counters = doc.get("counters") or {}
+    optimizer = updaters[0].optimizer if updaters else None
+    if optimizer is not None and counters:
+        optimizer.num_update = int(counters["num_update"])
+        optimizer._all_index_update_counts = {int(dev): {int(i): int(c) for i, c in per.items()}
+                                              for dev, per in counters["index_update_counts"].items()}
+        optimizer._index_update_count = optimizer._all_index_update_counts.setdefault(0, {})
 
 
 def init_trainer_kvstore(mx, trainer, kv):

@@ -167,6 +167,7 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
     import mxnet as mx
     from mxnet import autograd, gluon, nd
     from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.engines.mxnet import MXNetEngine
     from dynatrain_runtime.recovery import BoundarySnapshot
 
     def build():
@@ -195,8 +196,9 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
     step(net, tr, 1)                                                     # ... and moves the weights on
     path = snap.write(mx, CheckpointStore(sys.argv[1]), writer="127.0.0.1", rank=0, failed=["127.0.0.2"])
     net2, tr2 = build()
-    net2.load_parameters(os.path.join(path, "params"))
-    tr2.load_states(os.path.join(path, "trainer.states"))
+    engine = MXNetEngine(kvstore="local")          # the engine's load: params, then the pickle-free states
+    engine.bind(net2, tr2)
+    engine.load(path)
     got = {k: v.data().asnumpy().tolist() for k, v in net2._collect_params_with_prefix().items()}
     meta = json.load(open(os.path.join(path, "meta.json")))
     # the resumed trainer continues exactly like the original from the boundary
@@ -205,7 +207,7 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
                for a, b in zip(net2._collect_params_with_prefix()[k].data().asnumpy().ravel(),
                                net._collect_params_with_prefix()[k].data().asnumpy().ravel()))
     print(json.dumps({"equal": got == want, "meta": meta, "same_next_step": same,
-                      "num_update": tr2._optimizer.num_update}))
+                      "num_update": tr2._optimizer.num_update, "files": sorted(os.listdir(path))}))
 """)
 
 
@@ -214,6 +216,7 @@ def test_boundary_snapshot_is_a_regular_checkpoint(tmp_path, node_python):
                          stdout=subprocess.PIPE, timeout=120).stdout.decode().strip().splitlines()[-1]
     res = json.loads(out)
     assert res["equal"] and res["same_next_step"] and res["num_update"] == 2, res
+    assert res["files"] == ["meta.json", "optimizer.json", "optimizer.states", "params"]     # no pickle
     meta = res["meta"]
     assert meta["step"] == 1 and meta["pos"] == 5
     assert meta["audit"] == {"steps": [{"step": 0, "epoch": 0, "idx": [1, 2]}], "completed_epochs": []}
