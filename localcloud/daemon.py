@@ -96,6 +96,29 @@ def node_ami_in_every_region(enabled=True):
     AmiBackend._load_amis = _load_amis
 
 
+BOUNDARY_NAME = "dynatrain-master-boundary"
+BOUNDARY_FILE = os.path.join(config.REPO_DIR, "docs", "iam", "master-boundary-policy.json")
+
+
+def ensure_boundary_policy(iam=None, sts=None):
+    """The master role's permissions boundary, as an account's administrator creates it once
+    (docs/iam/README.md): IAM refuses a role whose boundary does not exist (moto_compat), so
+    the local cloud's account has it, made by the cloud, not by the product. Returns its ARN."""
+    iam = iam or client("iam")
+    account = (sts or client("sts")).get_caller_identity()["Account"]
+    arn = "arn:aws:iam::%s:policy/%s" % (account, BOUNDARY_NAME)
+    try:
+        iam.get_policy(PolicyArn=arn)
+        return arn
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    with open(BOUNDARY_FILE) as handle:
+        document = handle.read().replace("ACCOUNT_ID", account)
+    iam.create_policy(PolicyName=BOUNDARY_NAME, PolicyDocument=document,
+                      Description="dynatrain: the most a cluster's master role may ever do")
+    return arn
+
+
 def ensure_ami(ec2=None):
     """Register the node AMI once (idempotent); returns its id. (With node_ami_in_every_region,
     as the daemon runs, each region has it already: this finds us-east-1's.)"""
@@ -227,6 +250,7 @@ def run():
         log.info("moto server on %s (pid %d, state %s)", config.endpoint(), os.getpid(), home)
         _clean_stale_state()
         state["ami"] = ensure_ami()
+        state["boundary"] = ensure_boundary_policy()
         log.info("AMI %s = %s", config.AMI_NAME, state["ami"])
         reconciler = Reconciler(client, moto_regions, home)
         state["reconciler"] = reconciler

@@ -412,6 +412,43 @@ def _patch_instance_status():
     Instance.instance_status = property(instance_status)
 
 
+def _missing_boundary(backend, arn):
+    """IAM refuses a permissions boundary that is not a policy of the account (moto takes any ARN)."""
+    if not arn or ":iam::aws:policy/" in arn:      # AWS-managed: moto may not load them; IAM has them
+        return None
+    if arn in backend.managed_policies:
+        return None
+    return "Scope ARN: %s does not exist or is not attachable." % arn
+
+
+def _patch_permissions_boundary():
+    """CreateRole / PutRolePermissionsBoundary with a boundary policy that does not exist fail as on IAM
+    (NoSuchEntity): without it, a cluster made before an administrator created the boundary would work
+    here and fail on AWS."""
+    from moto.iam.exceptions import NotFoundException
+    from moto.iam.models import IAMBackend
+
+    create_role = IAMBackend.create_role
+    put_boundary = IAMBackend.put_role_permissions_boundary
+
+    def checked_create_role(self, role_name, assume_role_policy_document, path, permissions_boundary, *args,
+                            **kwargs):
+        problem = _missing_boundary(self, permissions_boundary)
+        if problem:
+            raise NotFoundException(problem)
+        return create_role(self, role_name, assume_role_policy_document, path, permissions_boundary, *args,
+                           **kwargs)
+
+    def checked_put_boundary(self, role_name, permissions_boundary):
+        problem = _missing_boundary(self, permissions_boundary)
+        if problem:
+            raise NotFoundException(problem)
+        return put_boundary(self, role_name, permissions_boundary)
+
+    IAMBackend.create_role = checked_create_role
+    IAMBackend.put_role_permissions_boundary = checked_put_boundary
+
+
 def apply():
     """Fill the gaps above in moto (idempotent)."""
     global _APPLIED
@@ -437,6 +474,7 @@ def apply():
     _patch_bucket_tags()
     _patch_instance_status()
     _patch_bucket_policy_conditions()
+    _patch_permissions_boundary()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

@@ -26,12 +26,13 @@ import boto3
 import pytest
 import yaml
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from localcloud import moto_compat, request_log  # noqa: E402
+from localcloud import daemon, moto_compat, request_log  # noqa: E402
 
 ACCOUNT = "123456789012"  # moto's
 BUCKET = "dynatrain-checkpoints-" + ACCOUNT
@@ -57,6 +58,11 @@ def cloud(tmp_path_factory):
     server = request_log.logging_server("127.0.0.1", port, str(calls))
     server.start()
     endpoint = "http://127.0.0.1:%d" % port
+    # the boundary an account's administrator creates once (IAM refuses a role whose boundary is missing)
+    # (the mark keeps these calls out of the recorded ones the controller policy is checked against)
+    admin = dict(endpoint_url=endpoint, region_name="us-east-1", config=Config(user_agent_extra=request_log.INTERNAL_MARK),
+                 **KEYS)
+    daemon.ensure_boundary_policy(boto3.client("iam", **admin), boto3.client("sts", **admin))
     yield {"endpoint": endpoint, "calls": str(calls),
            "s3": boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **KEYS,
                               config=Config(s3={"addressing_style": "path"})),
@@ -232,3 +238,14 @@ def test_checkpoint_policy_is_data_whatever_resume_from_holds(tmp_path):
         assert statements["ReadTheJobItResumes"]["Resource"] == "arn:aws:s3:::%s/%s*" % (bucket, literal)
         assert statements["ListTheJobItResumes"]["Resource"] == "arn:aws:s3:::" + bucket
         assert statements["ListTheJobItResumes"]["Condition"] == {"StringLike": {"s3:prefix": [literal + "*"]}}
+
+
+def test_a_boundary_that_does_not_exist_is_refused_saying_who_creates_it(cloud, tmp_path):
+    """IAM refuses CreateRole with a boundary policy that does not exist (the local cloud too, moto_compat)."""
+    with pytest.raises(ClientError) as err:
+        cloud["iam"].create_role(RoleName="dt-no-boundary", AssumeRolePolicyDocument="{}",
+                                 PermissionsBoundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
+    assert err.value.response["Error"]["Code"] == "NoSuchEntity"
+    rc, out = _play(tmp_path, cloud, "checkpoints.yml", cluster_name="nobound",
+                    cluster_permissions_boundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
+    assert rc != 0 and "created once per account by an administrator" in out, out[-3000:]
