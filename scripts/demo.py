@@ -319,6 +319,7 @@ class Demo:
             "total_s": round(time.monotonic() - t_start, 1),
             "efs_dir": self.efs_dir(),
             "timeline": self.plot_timeline(),
+            "throughput": throughput_by_world(self.events()),
         }
         return summary
 
@@ -334,6 +335,20 @@ class Demo:
         except TimelinePlotError as exc:
             return "no picture: %s" % exc
         return path
+
+
+def throughput_by_world(events):
+    """``[[world, mean samples/s, epochs], ...]`` from the ``epoch`` events: what a resize did to throughput.
+    The first epoch of each generation is left out: its rate still counts steps of the world before."""
+    by_world, seen = {}, set()
+    for e in events:
+        if e.get("event") != "epoch" or not e.get("world") or not e.get("samples_per_s"):
+            continue
+        if e.get("generation") not in seen:
+            seen.add(e.get("generation"))
+            continue
+        by_world.setdefault(int(e["world"]), []).append(float(e["samples_per_s"]))
+    return [[w, round(sum(v) / len(v), 1), len(v)] for w, v in sorted(by_world.items())]
 
 
 def print_summary(s):
@@ -357,6 +372,10 @@ def print_summary(s):
         print("    %7.1f s  %s" % (secs, name))
     print("    %7.1f s  total" % s["total_s"])
     print("  shared volume on this machine: %s" % s["efs_dir"])
+    if s.get("throughput"):
+        print("  samples/s by world size (simulated compute per sample on this machine's 2 cores):")
+        for world, rate, epochs in s["throughput"]:
+            print("    world %d: %8.1f samples/s  (%d epoch%s)" % (world, rate, epochs, "" if epochs == 1 else "s"))
     print("  timeline (world size, samples/s, accuracy; resizes marked): %s" % s["timeline"])
     print()
     cluster = "" if s["cluster"] == "dtdemo" else " -e dt_cluster_name=%s" % s["cluster"]
@@ -378,9 +397,10 @@ def main(argv=None):
                    help="add and remove workers while training")
     p.add_argument("--add", type=int, default=1, help="workers to add while training")
     p.add_argument("--timeout", type=int, default=900, help="seconds to wait for training to finish")
-    p.add_argument("--train-args", default="--epochs 60 --step-sleep 0.25",
-                   help="arguments of the training script (dt-train-digits); the step sleep "
-                        "stands in for a heavier model so that the resizes land mid-run")
+    p.add_argument("--train-args", default="--epochs 60 --sample-cost-ms 6",
+                   help="arguments of the training script (dt-train-digits); --sample-cost-ms stands in "
+                        "for a heavier model (ms per sample a worker processes, simulated compute), so the "
+                        "resizes land mid-run and a joining worker raises samples/s")
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
     args = p.parse_args(argv)
     args.train_args = shlex.split(args.train_args)

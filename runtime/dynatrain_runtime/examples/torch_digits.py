@@ -15,10 +15,8 @@ Under the launcher (``--engine torch``) every worker gets torchrun's environment
 """
 from __future__ import annotations
 
-import time
-
 from dynatrain_runtime import Elastic
-from dynatrain_runtime.examples.train_digits import epoch_reporter, say_start, write_final
+from dynatrain_runtime.examples.train_digits import epoch_reporter, say_start, simulate_compute, write_final
 
 
 def build_torch_net(model="mlp", hidden=128, inputs=64):
@@ -75,7 +73,6 @@ def train_torch(args, x_train, y_train, x_val, y_val):
         opt.step()
         if not batch.placeholder:                 # tensors: summed on the device, no per-step sync
             batch.report(loss=per_sample.detach().sum(), correct=(out.argmax(dim=1) == y).sum())
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        simulate_compute(args, batch)
     write_final(el, args, val_accuracy, len(x_train), len(x_val))
     return el.finish()

@@ -122,11 +122,24 @@ def parse_args(argv=None):
     ap.add_argument("--audit-samples", action="store_true",
                     help="record the sample indices of every committed step (test mode)")
     ap.add_argument("--step-sleep", type=float, default=0.0, help="sleep per step, seconds (tests/benchmarks)")
+    ap.add_argument("--sample-cost-ms", type=float, default=0.0,
+                    help="simulated compute: sleep this many ms per sample a worker processes, as a heavier "
+                         "model's forward/backward costs; more workers then raise samples/s (the demo)")
     ap.add_argument("--result", default=None, help="result JSON (default $EFS_MOUNT/results/final.json)")
     ap.add_argument("--kvstore", default="dist_sync", help="(mxnet) the kvstore type [%(default)s]")
     args = ap.parse_args(argv)
     args.engine = engine_name(args.engine)
     return args
+
+
+def simulate_compute(args, batch):
+    """The stand-ins for a heavier model: ``--step-sleep`` per step (every worker waits alike) and
+    ``--sample-cost-ms`` per sample of the worker's share (data-parallel compute: a larger world
+    gives each worker fewer samples, so samples/s rises)."""
+    if args.step_sleep:
+        time.sleep(args.step_sleep)
+    if args.sample_cost_ms and not batch.placeholder:
+        time.sleep(len(batch.indices) * args.sample_cost_ms / 1000.0)
 
 
 def load_data(path, seed, val_fraction):
@@ -216,8 +229,7 @@ def main(argv=None):
         trainer.step(batch.global_size)           # sum of all workers' gradients / global batch = mean
         if not batch.placeholder:                 # NDArrays: summed on the engine, no per-step sync
             batch.report(loss=loss, correct=correct)
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        simulate_compute(args, batch)
     write_final(el, args, val_accuracy, len(x_train), len(x_val))
     return el.finish()
 

@@ -65,3 +65,14 @@ def test_follower_prints_only_new_epochs_and_membership_changes(demo, tmp_path):
     follower.poll()
     assert said[2:] == [demo.epoch_line(dict(EPOCH, epoch=5, world=2)),
                         "    membership: REMOVED 10.0.0.2  (host_worker_log #1)"]
+
+
+def test_throughput_by_world_leaves_out_each_generations_first_epoch(demo):
+    def epoch(gen, world, rate):
+        return dict(EPOCH, generation=gen, world=world, samples_per_s=rate)
+    events = [epoch(1, 2, 100.0), epoch(1, 2, 300.0), epoch(1, 2, 320.0),     # 100: the job's start
+              {"event": "generation_start", "generation": 2},
+              epoch(2, 3, 380.0), epoch(2, 3, 480.0), epoch(2, 3, 500.0),      # 380: mixes worlds 2 and 3
+              epoch(3, 2, 400.0), epoch(3, 2, 316.0), {"event": "epoch", "generation": 3, "world": 2}]
+    assert demo.throughput_by_world(events) == [[2, 312.0, 3], [3, 490.0, 2]]
+    assert demo.throughput_by_world([]) == []
