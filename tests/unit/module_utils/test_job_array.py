@@ -217,7 +217,9 @@ def test_concurrent_updates_lose_nothing(tmp_path):
     rows = [{"name": n, "region": "us-east-1", "cluster": "x-" + n} for n in names]
     path = str(tmp_path / "array.json")
     ja.update_array(path, lambda doc: ja.new_array("x", "x.csv", rows, str(tmp_path)))
-    with multiprocessing.get_context("fork").Pool(6) as pool:
+    # spawn, never fork: pytest has threads by now (moto's server), and a forked child can inherit a
+    # lock one of them held and hang for ever (it did, in CI)
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
         pool.map(_mark_running, [(path, n) for n in names])
     doc = json.loads((tmp_path / "array.json").read_text())
     assert [r["state"] for r in doc["rows"]] == ["running"] * len(names)

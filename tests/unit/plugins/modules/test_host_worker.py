@@ -557,7 +557,9 @@ def _add_one(path, ip):
 def test_concurrent_writers_do_not_lose_updates(efs):
     path = str(efs / "host_worker")
     ips = ["10.0.1.%d" % i for i in range(1, 25)]
-    ctx = multiprocessing.get_context("fork")
+    # spawn, never fork: pytest has threads by now (moto's server), and a forked child can inherit a
+    # lock one of them held and hang for ever (it did, in CI)
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_add_one, args=(path, ip)) for ip in ips]
     for p in procs:
         p.start()

@@ -57,7 +57,9 @@ def test_two_playbooks_at_once_keep_every_pin(tmp_path):
     """Two (four) writers pin nodes at the same moment, each also forgetting a name nobody pinned:
     every pin is there at the end and the file is never torn."""
     path = str(tmp_path / "known_hosts")
-    ctx = multiprocessing.get_context("fork")
+    # spawn, never fork: pytest has threads by now (moto's server), and a forked child can inherit a
+    # lock one of them held and hang for ever (it did, in CI)
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_pin_many, args=(path, i * 40, 40, f"10.9.9.{i}")) for i in range(4)]
     for proc in procs:
         proc.start()
