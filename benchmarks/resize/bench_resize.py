@@ -21,6 +21,7 @@ pessimistic compared with real multi-host clusters.
 import argparse
 import json
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -30,6 +31,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class RunFailed(SystemExit):
+    """One measured run failed (said why); a benchmark of several runs reports it and goes on."""
 
 
 def write_hosts(efs, hosts):
@@ -178,8 +183,8 @@ def elastic_throughput(py, data, port_base, epochs, script_args=(), launcher_arg
         if len(ep) < 3:
             with open(os.path.join(efs, "launcher.out"), "rb") as handle:
                 tail = handle.read()[-3000:].decode("utf-8", "replace")
-            raise SystemExit("benchmark: the elastic run logged %d epochs%s (raise --epochs); launcher log tail:\n%s"
-                             % (len(ep), " after its spares were warm" if steady else "", tail))
+            raise RunFailed("benchmark: the elastic run logged %d epochs%s (raise --epochs); launcher log tail:\n%s"
+                            % (len(ep), " after its spares were warm" if steady else "", tail))
         # epochs after the first (warm), time between consecutive epoch ends
         n = sum(e["samples"] for e in ep[1:])
         dt = ep[-1]["time"] - ep[0]["time"]
@@ -189,7 +194,34 @@ def elastic_throughput(py, data, port_base, epochs, script_args=(), launcher_arg
         shutil.rmtree(efs, ignore_errors=True)
 
 
-def plain_throughput(py, data, port, epochs, script_args=()):
+def first_result(pipes, deadline):
+    """The first JSON line any of ``pipes`` prints before ``deadline``, read as it is printed; None if none."""
+    open_pipes = list(pipes)
+    while open_pipes and time.time() < deadline:
+        ready, _w, _x = select.select(open_pipes, [], [], min(1.0, max(0.0, deadline - time.time())))
+        for pipe in ready:
+            line = pipe.readline()
+            if not line:
+                open_pipes.remove(pipe)
+            elif line.startswith(b"{"):
+                return json.loads(line)
+    return None
+
+
+def end_all(procs, grace=10.0):
+    """Give ``procs`` ``grace`` s to exit, then kill the stragglers (ps-lite's shutdown can hang for ever)."""
+    deadline = time.time() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def plain_throughput(py, data, port, epochs, script_args=(), timeout=300):
+    """samples/s of the plain dist_sync job: rank 0's result line is read as it is printed, then the
+    processes get a few seconds to exit and are ended (a run that sat at exit once lost a whole table)."""
     base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.91", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
                 DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
     procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
@@ -198,21 +230,13 @@ def plain_throughput(py, data, port, epochs, script_args=()):
                                 + list(script_args),
                                 env=dict(base, DMLC_ROLE="worker", DMLC_NODE_HOST=ip), stdout=subprocess.PIPE)
                for ip in ("127.0.0.92", "127.0.0.91")]
-    results = []
     try:
-        for w in workers:
-            out, _stderr = w.communicate(timeout=300)
-            results += [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
+        result = first_result([w.stdout for w in workers], time.time() + timeout)
     finally:
-        for p in procs + workers:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:        # a worker failed: the rest would wait forever
-                p.kill()
-                p.wait()
-    if not results:
-        raise SystemExit("benchmark: the plain dist_sync run printed no result")
-    return results[0]["samples_per_s"]
+        end_all(workers + procs)
+    if result is None:
+        raise RunFailed("benchmark: the plain dist_sync run printed no result within %d s" % timeout)
+    return result["samples_per_s"]
 
 
 def prepare_digits(python):

@@ -34,13 +34,25 @@ import bench_resize  # noqa: E402  (one home for the launcher/plain runners)
 
 
 def measure(py, data, model, epochs, repeat, port):
-    elastic, plain = [], []
+    """Alternating elastic and plain runs; a failed run is reported and left out, not the whole table."""
+    runs = {"elastic": [], "plain": []}
+    failed = []
     for i in range(repeat):
-        elastic.append(bench_resize.elastic_throughput(py, data, port + 2 * i, epochs,
-                                                       ["--model", model, "--eval-every", "0"], steady=True))
-        plain.append(bench_resize.plain_throughput(py, data, port + 2 * i + 1 + 400, epochs, ["--model", model]))
-    return {"elastic": statistics.median(elastic), "plain": statistics.median(plain),
-            "elastic_runs": elastic, "plain_runs": plain}
+        for kind in ("elastic", "plain"):
+            try:
+                if kind == "elastic":
+                    value = bench_resize.elastic_throughput(py, data, port + 2 * i, epochs,
+                                                            ["--model", model, "--eval-every", "0"], steady=True)
+                else:
+                    value = bench_resize.plain_throughput(py, data, port + 2 * i + 1 + 400, epochs, ["--model", model])
+            except bench_resize.RunFailed as exc:
+                failed.append("%s %s run %d: %s" % (model, kind, i + 1, str(exc).splitlines()[0]))
+                print(failed[-1], flush=True)
+                continue
+            runs[kind].append(value)
+    median = {k: (statistics.median(v) if v else float("nan")) for k, v in runs.items()}
+    return {"elastic": median["elastic"], "plain": median["plain"], "elastic_runs": runs["elastic"],
+            "plain_runs": runs["plain"], "failed": failed}
 
 
 def main():
@@ -63,8 +75,12 @@ def main():
         for n, model in enumerate(models):
             res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n)
             res[model]["epochs"] = epochs[n]
-        resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
-            if args.resizes else []
+        try:
+            resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
+                if args.resizes else []
+        except bench_resize.RunFailed as exc:     # the throughput table still prints
+            print("resize latencies left out: %s" % str(exc).splitlines()[0], flush=True)
+            resizes = []
     finally:
         shutil.rmtree(os.path.dirname(data), ignore_errors=True)
     print("")
@@ -73,8 +89,10 @@ def main():
     print("%-8s %7s %18s %18s %8s" % ("model", "epochs", "elastic samples/s", "plain samples/s", "ratio"))
     print("-" * 64)
     for model, r in res.items():
-        ratio = r["elastic"] / r["plain"]
+        ratio = r["elastic"] / r["plain"] if r["plain"] == r["plain"] and r["plain"] else float("nan")
         print("%-8s %7d %18.0f %18.0f %8.2f" % (model, r["epochs"], r["elastic"], r["plain"], ratio))
+        for line in r["failed"]:
+            print("    (left out) " + line)
     if resizes:
         def p50(d=None):
             vals = [r["edit_to_first_step_s"] for r in resizes if d is None or r["dir"] == d]
