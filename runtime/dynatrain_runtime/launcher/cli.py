@@ -51,6 +51,10 @@ def parse_args(argv=None):
     ap.add_argument("--local-ip", action="append", default=[],
                     help="addresses of this machine, run without ssh (the master always is)")
     ap.add_argument("--master", default=None, help="master IP [last line of host_worker]")
+    ap.add_argument("--metrics-port", type=int, default=0,
+                    help="serve Prometheus metrics at http://METRICS_ADDRESS:PORT/metrics (0 = off) [%(default)s]")
+    ap.add_argument("--metrics-address", default="127.0.0.1",
+                    help="the address the metrics listen on: the master's private one on a cluster [%(default)s]")
     ap.add_argument("--resize-at", choices=RESIZE_AT, default="step")
     ap.add_argument("--port-base", type=int, default=9091,
                     help="scheduler (torch: MASTER_PORT) port = base + generation %% 500")

@@ -33,6 +33,7 @@ from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_requ
                         read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
 from .generation import Generation
 from .membership import Membership
+from .metrics import Metrics, serve as serve_metrics
 from .proc import Proc, reap
 from .records import Records
 from .spares import SparePool, server_hosts
@@ -62,6 +63,7 @@ class Launcher:
                                 servers=args.engine == "mxnet")      # torch: workers only
         self.master = args.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
+        self.metrics_server = None
         self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
         self.membership = []
         self.state = "starting"
@@ -102,6 +104,26 @@ class Launcher:
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)
+
+    # ------------------------------------------------------------------ metrics
+    def start_metrics(self):
+        """Prometheus metrics on ``--metrics-port`` (0: none); counters from every event written."""
+        if not self.args.metrics_port or self.metrics_server is not None:
+            return
+        metrics = Metrics()
+        self.records.observe = metrics.observe
+        self.metrics_server = serve_metrics(self.args.metrics_address, self.args.metrics_port,
+                                            lambda: metrics.render(self._snapshot(), self.host_states()), self.out)
+
+    def host_states(self):
+        """{ip: state} for the metrics: training in the group, joining (warm request), draining (spot)."""
+        g = self.gen
+        states = {ip: "training" for ip in (g.membership if g else self.membership)}
+        for ip in list(self.spares.pending):
+            states.setdefault(ip, "joining")
+        for ip in list(self.draining):
+            states[ip] = "draining"
+        return states
 
     # ------------------------------------------------------------------ processes
     def static_env(self, host):
@@ -607,6 +629,7 @@ class Launcher:
         except (OSError, ValueError):
             self.gen_counter = 0
         self.install_signals()
+        self.start_metrics()
         self.out(f"dynatrain launcher starting: engine {a.engine}, efs {self.efs}, transport {a.transport}, "
                  f"resize at {a.resize_at}, "
                  f"script {a.script} {' '.join(a.script_args)}")

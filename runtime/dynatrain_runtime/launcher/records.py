@@ -23,6 +23,7 @@ class Records:
         self._status_next = None                      # the newest periodic snapshot not written yet
         self._status_thread = None
         self._status_written = float("-inf")          # order of the status written last
+        self.observe = None                           # (event, fields) -> None: the metrics' counters
 
     def out(self, text):
         with self._out_lock:
@@ -30,6 +31,8 @@ class Records:
             sys.stdout.flush()
 
     def event(self, event, **fields):
+        if self.observe is not None:
+            self.observe(event, fields)
         rec = dict(fields, event=event, time=time.time(), source="launcher")
         try:
             append_jsonl(self.files.events, rec)

@@ -1,8 +1,11 @@
 """Real MXNet runs of the launcher (--transport local) on 127.x addresses, with the node venv."""
 import json
 import os
+import re
 import signal
+import socket
 import time
+import urllib.request
 
 import pytest
 
@@ -24,6 +27,22 @@ def audit_ok(meta):
         per_epoch.setdefault(rec["epoch"], []).extend(rec["idx"])
     for epoch, idx in per_epoch.items():
         assert sorted(idx) == list(range(meta["num_samples"])), epoch
+
+
+def free_tcp_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def scrape_when(port, needle):
+    """The launcher's metrics text once it holds ``needle``, else None (also while it does not answer)."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return text if needle in text else None
 
 
 def final(efs):
@@ -62,8 +81,10 @@ def test_fixed_two_workers_reach_90_percent(fixed_run):
 def test_elastic_add_remove_fail(tmp_path, node_python, digits_npz, fixed_run):
     efs = str(tmp_path)
     write_hosts(efs, [A, M])
+    metrics_port = free_tcp_port()
     run = LauncherRun(efs, node_python, digits_npz, EPOCHS + ["--step-sleep", "0.25", "--checkpoint-every", "5"],
-                      launcher_args=["--dead-timeout", "5"], port_base=19300)
+                      launcher_args=["--dead-timeout", "5", "--metrics-port", str(metrics_port),
+                                     "--metrics-address", "127.0.0.1"], port_base=19300)
     try:
         def logged(n):
             return lambda: len(log_lines(efs)) >= n
@@ -78,6 +99,11 @@ def test_elastic_add_remove_fail(tmp_path, node_python, digits_npz, fixed_run):
         for pid in pids:                                                 # the worker host dies
             os.kill(pid, signal.SIGKILL)
         wait_for(logged(7), 20, "FAILED within 15 s (+ margin)", proc=run.proc)
+        # the launcher's metrics say what happened: every resize by reason, the failure, the world now
+        scraped = wait_for(lambda: scrape_when(metrics_port, 'dynatrain_resizes_total{reason="failure"} 1'), 60,
+                           "the failure's resize in the metrics", proc=run.proc)
+        assert "dynatrain_worker_failures_total 1" in scraped and "dynatrain_world_size 1" in scraped, scraped
+        assert re.search(r'^dynatrain_host_state\{host="%s",state="training"\} 1$' % re.escape(M), scraped, re.M)
         rc = run.wait(120)
         assert rc == 0, run.tail()
     finally:
