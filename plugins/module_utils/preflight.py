@@ -228,6 +228,7 @@ WHOLE_NUMBERS = {
     "dt_leave_timeout": (1, "seconds to wait for the launcher's REMOVED", 600),
     "dt_master_lost_timeout": (1, "seconds a master may not answer SSH before bootstrap replaces it", 120),
     "dt_root_volume_size": (8, "GiB of each node's root volume", 30),
+    "dt_metrics_port": (0, "the port of the launcher's metrics on the master; 0 serves none", 9110),
     "job_timeout": (1, "seconds a job may train", 3600),
     "result_timeout": (1, "seconds until the job's final.json is in S3", 300),
     "job_poll": (1, "seconds between two reads of the job", 10),
@@ -521,6 +522,9 @@ def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_clust
             if problem:
                 problems.append(problem)
     problems += _bounds_problems(numbers)
+    if numbers.get("dt_metrics_port") is not None and numbers["dt_metrics_port"] > 65535:
+        problems.append(f"dt_metrics_port={given['dt_metrics_port']} is not a port: give one of 1-65535 "
+                        "(e.g. -e dt_metrics_port=9110), or 0 to serve no metrics.")
     if "dt_cluster_name" in given and not CLUSTER_RE.match(str(given["dt_cluster_name"])):
         problems.append(
             f"dt_cluster_name={given['dt_cluster_name']} is not valid: use a letter followed by up to 30 letters, "

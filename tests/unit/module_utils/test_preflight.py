@@ -412,3 +412,15 @@ def test_an_engine_taken_from_the_cluster_is_checked_later():
     assert pf.settings_problems(dict(settings, dt_engine="jax"), engine_from_cluster=True) == [
         "dt_engine=jax is not an engine: pass -e dt_engine=mxnet (Apache MXNet 1.9.1, the default) "
         "or -e dt_engine=torch (PyTorch)."]
+
+
+@pytest.mark.parametrize("port,needle", [("abc", "give a whole number >= 0"), (-1, "it must be at least 0"),
+                                         (70000, "is not a port: give one of 1-65535")])
+def test_a_metrics_port_that_is_no_port_is_refused(port, needle):
+    problem = only_problem(dt_metrics_port=port)
+    assert problem.startswith("dt_metrics_port=%s" % port) and needle in problem, problem
+
+
+def test_metrics_port_zero_and_a_port_pass():
+    assert pf.settings_problems(dict(DEFAULTS, dt_metrics_port=0)) == []
+    assert pf.settings_problems(dict(DEFAULTS, dt_metrics_port="9110")) == []
