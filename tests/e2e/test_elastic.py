@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -112,6 +113,16 @@ def _s3_latest(s3, bucket, prefix):
         return None
 
 
+def _metrics_when(master, needle, port=9110):
+    """The text of the master's metrics once it holds ``needle``; None before (or while it does not answer)."""
+    try:
+        with urllib.request.urlopen("http://%s:%d/metrics" % (master, port), timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return text if needle in text else None
+
+
 def _run_ok(env, name, extra):
     rc, out = playbook(env, name, dict(NET, **extra))
     assert rc == 0, "%s failed:\n%s" % (name, out[-5000:])
@@ -166,6 +177,11 @@ def test_elastic_membership_end_to_end(cloud):
         assert all(nodes[ip]["tags"]["elastic_worker_status"] == "ADDED" for ip in added)
         assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
         assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
+        # issue 28: the launcher's Prometheus metrics on the master's private address (dt_metrics_port)
+        text = job.wait_for("the master's metrics to show the world of 4", lambda: _metrics_when(
+            master, "dynatrain_world_size 4"), 120)
+        assert "dynatrain_up 1" in text and 'dynatrain_resizes_total{reason=' in text, text
+        assert all('dynatrain_host_state{host="%s",state="training"} 1' % ip in text for ip in job.hosts()), text
 
         # kill -9 of the launcher: systemd starts it again (Restart=on-failure) and the job resumes
         # from the last checkpoint with the same membership; the log's SEQ carries on
