@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from .checkpoint import CKPT_PREFIX, CheckpointStore
+from .checkpoint import CKPT_PREFIX, CheckpointError, CheckpointStore, verify
 from .host_worker_file import fsync_directory
 from .jobfiles import JobFiles, read_json, write_json
 
@@ -158,6 +158,13 @@ class Sync:
             names = sorted(n for n in os.listdir(path) if n != "meta.json")
         except (OSError, ValueError):
             return None               # pruned (renamed to .trash-) between the listing and now
+        try:
+            verify(path, meta)        # a damaged checkpoint never becomes S3's LATEST (the digests of meta.json)
+        except CheckpointError as exc:
+            if not os.path.isdir(path):
+                return None
+            self.log(f"not uploading {name}: {exc}")
+            return None
         for leaf in names:
             try:
                 # Once open, a prune (rename + unlink) cannot change what we read: it is immutable.
@@ -400,8 +407,14 @@ def _download_checkpoint(s3, bucket, base, store, step, owner):
             if not _download(s3, bucket, base + leaf, os.path.join(tmp, leaf), owner):
                 raise RuntimeError(f"s3://{bucket}/{base}{leaf} vanished while restoring (pruned?): run it again")
         with open(os.path.join(tmp, "meta.json")) as handle:
-            if json.load(handle).get("step", step) != step:
-                raise RuntimeError(f"s3://{bucket}/{base}meta.json is not of step {step}, as LATEST.json says")
+            meta = json.load(handle)
+        if meta.get("step", step) != step:
+            raise RuntimeError(f"s3://{bucket}/{base}meta.json is not of step {step}, as LATEST.json says")
+        try:
+            verify(tmp, meta)         # every file as meta.json's digests say, before it can be resumed from
+        except CheckpointError as exc:
+            raise RuntimeError(f"s3://{bucket}/{base} is damaged ({exc}): refusing it; resume from an older "
+                               f"checkpoint (resume_from=s3://{bucket}/<prefix>/ of another job) or a local one")
         fsync_directory(tmp)
         os.chmod(tmp, 0o755)
         _chown(tmp, owner)

@@ -282,3 +282,22 @@ def test_importing_the_runtime_does_not_import_boto3():
     code = ("import sys, dynatrain_runtime, dynatrain_runtime.s3sync; "
             "print(sorted(m for m in sys.modules if 'boto' in m))")
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "[]"
+
+
+def test_a_damaged_checkpoint_is_neither_uploaded_nor_restored(s3, tmp_path):
+    """The sync verifies a checkpoint against meta.json's digests before it uploads it (LATEST.json never
+    names a damaged one) and after it downloads it (a damaged copy in S3 is never resumed from)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_ckpt(src, 10)
+    path20 = make_ckpt(src, 20, epoch=1)
+    with open(os.path.join(path20, "params"), "r+b") as handle:     # a flipped byte after the commit
+        handle.write(b"\x00")
+    assert s3sync.Sync(str(src), URL, client=s3).run_pass()
+    assert json.loads(body(s3, "LATEST.json"))["step"] == 10
+    assert not [k for k in keys(s3) if "0000000020" in k]
+    # a copy damaged in S3 itself (written by another hand)
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + "checkpoints/ckpt-0000000010/params", Body=b"tampered")
+    os.makedirs(str(dst))
+    with pytest.raises(RuntimeError, match="is damaged"):
+        s3sync.restore(str(dst), URL, client=s3)
+    assert not [n for n in os.listdir(str(dst / "checkpoints"))]                     # nothing half restored
