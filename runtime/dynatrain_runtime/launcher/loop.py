@@ -44,6 +44,15 @@ from .transport import Transport, secret_env
 RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
 
 
+def wall_clock_resize(resize):
+    """A resize's fields for events.jsonl: ``detected_at`` as wall-clock time, as every event's ``time``
+    (the launcher keeps it on the monotonic clock, which its intervals are measured on)."""
+    out = dict(resize)
+    if out.get("detected_at") is not None:
+        out["detected_at"] = round(time.time() - (time.monotonic() - out["detected_at"]), 3)
+    return out
+
+
 class Launcher:
     def __init__(self, args):
         self.args = args
@@ -282,7 +291,7 @@ class Launcher:
                 r["phases"] = dict(msg["phases"], host=proc.host)
             self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
                      f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
-            self.event("resize_end", **r)
+            self.event("resize_end", **wall_clock_resize(r))
         self.spares.plan(g.membership, self.master)
         self.write_status(force=True)
 
@@ -390,7 +399,7 @@ class Launcher:
         self.state = "resizing"
         self.request_stop(g, "drain" if drained else "resize")      # before the records: they fsync
         self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
-        self.event("resize_start", **self.pending_resize)
+        self.event("resize_start", **wall_clock_resize(self.pending_resize))
 
     def _retry_membership_writes(self, now=None):
         """Write the log lines and host_worker edits that failed before (a lock held, a volume error);
@@ -571,7 +580,7 @@ class Launcher:
             self.pending_resize["recovery_s"] = recovery.get("seconds_total")
         self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
                  f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
-        self.event("resize_start", **self.pending_resize)
+        self.event("resize_start", **wall_clock_resize(self.pending_resize))
 
     # ------------------------------------------------------------------ main
     def install_signals(self):

@@ -145,3 +145,14 @@ def test_resume_prefers_the_path_its_writer_reported_over_a_lagging_listing(tmp_
     la.gen = g
     la.handle_msg(FakeWorker(M), {"kind": "checkpoint", "generation": 1, "step": 9, "path": hidden})
     assert la.resume_point() == (hidden, {"step": 9, "files": {}})
+
+
+def test_resize_events_say_when_in_wall_clock_time():
+    """detected_at in events.jsonl is wall-clock time, like every event's time (the launcher measures
+    its intervals on the monotonic clock, which means nothing outside the process)."""
+    import time as _time
+    from dynatrain_runtime.launcher.loop import wall_clock_resize
+    mono = _time.monotonic() - 2.0
+    out = wall_clock_resize({"detected_at": mono, "reason": "add"})
+    assert abs(out["detected_at"] - (_time.time() - 2.0)) < 0.5 and out["reason"] == "add"
+    assert wall_clock_resize({"reason": "x"}) == {"reason": "x"}
