@@ -13,7 +13,7 @@ A checkpoint is data, never code: ``Trainer.save_states`` pickles ``(states, opt
 ``resume_from`` names.  The optimizer object itself is the script's (its hyperparameters as
 the script builds it; the learning rate from the checkpoint meta); only its arrays and
 counters are restored.  An older checkpoint's ``trainer.states`` is loaded only when
-``DT_TRUST_PICKLED_STATES=1`` says its source is trusted.
+``DYNATRAIN_TRUST_PICKLED_STATES=1`` says its source is trusted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses
 STATES_FILE = "optimizer.states"      # the optimizer state's arrays (MXNet's NDArray format)
 STATES_LAYOUT = "optimizer.json"      # where each array goes in the updater's states, and the counters
 LEGACY_STATES = "trainer.states"      # Trainer.save_states' pickle (checkpoints of older releases)
-TRUST_PICKLE_VAR = "DT_TRUST_PICKLED_STATES"
+TRUST_PICKLE_VAR = "DYNATRAIN_TRUST_PICKLED_STATES"
 
 
 class UntrustedCheckpoint(ValueError):

@@ -1,7 +1,7 @@
 """A checkpoint is data, never code (issue 27, path 3): the MXNet engine writes the optimizer state as arrays in
 MXNet's NDArray format plus a JSON layout, restores it without pickle (a resumed Trainer continues exactly as the
 original, for SGD momentum's array state and Adam's tuple state), and refuses an older checkpoint's pickled
-``trainer.states`` -- whose payload would run on load -- unless DT_TRUST_PICKLED_STATES=1 says it is trusted."""
+``trainer.states`` -- whose payload would run on load -- unless DYNATRAIN_TRUST_PICKLED_STATES=1 says it is trusted."""
 import json
 import subprocess
 import textwrap
@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent("""
     except UntrustedCheckpoint as exc:
         out["legacy"] = str(exc)
     out["marker_after_refusal"] = os.path.exists(marker)
-    os.environ["DT_TRUST_PICKLED_STATES"] = "1"
+    os.environ["DYNATRAIN_TRUST_PICKLED_STATES"] = "1"
     try:
         engine.load(legacy)
     except Exception:       # the payload is not a real state; what matters is that it was unpickled
@@ -90,6 +90,6 @@ def test_optimizer_state_round_trips_without_pickle_and_a_pickle_is_refused(tmp_
     for opt in ("sgd", "adam"):
         assert res[opt]["files"] == ["optimizer.json", "optimizer.states", "params"], res
         assert res[opt]["diff"] < 1e-6 and res[opt]["num_update"] == 4, res
-    assert "pickle" in res["legacy"] and "DT_TRUST_PICKLED_STATES=1" in res["legacy"], res
+    assert "pickle" in res["legacy"] and "DYNATRAIN_TRUST_PICKLED_STATES=1" in res["legacy"], res
     assert res["marker_after_refusal"] is False
     assert res["marker_when_trusted"] is True        # the opt-in really is the old loader
