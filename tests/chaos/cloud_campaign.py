@@ -274,9 +274,9 @@ def run_fault(cluster, name):
         if not problems or time.monotonic() > deadline:
             break
         time.sleep(2)
+    detail = what + ("; " + "; ".join(problems) if problems else "")
     return dict(fault=name, ok=not problems, recover_s=round(time.monotonic() - t0, 1), orphans=orphans,
-                queued=queued, world=len(cluster.job.hosts()), detail=what + ("; " + "; ".join(problems) if problems
-                                                                             else ""))
+                queued=queued, world=len(cluster.job.hosts()), detail=detail)
 
 
 def finish_job(cluster):
@@ -299,9 +299,9 @@ def finish_job(cluster):
 def table(rows):
     out = ["%-28s %-5s %9s %7s %6s %5s  %s" % ("FAULT", "OK", "RECOVER_S", "ORPHANS", "QUEUED", "WORLD", "WHAT")]
     for r in rows:
-        out.append("%-28s %-5s %9s %7s %6s %5s  %s" % (r["fault"], "PASS" if r["ok"] else "FAIL",
-                                                      r.get("recover_s", "-"), r.get("orphans", "-"),
-                                                      r.get("queued", "-"), r.get("world", "-"), r["detail"]))
+        cells = (r["fault"], "PASS" if r["ok"] else "FAIL", r.get("recover_s", "-"), r.get("orphans", "-"),
+                 r.get("queued", "-"), r.get("world", "-"), r["detail"])
+        out.append("%-28s %-5s %9s %7s %6s %5s  %s" % cells)
     return "\n".join(out)
 
 

@@ -300,4 +300,4 @@ def test_a_damaged_checkpoint_is_neither_uploaded_nor_restored(s3, tmp_path):
     os.makedirs(str(dst))
     with pytest.raises(RuntimeError, match="is damaged"):
         s3sync.restore(str(dst), URL, client=s3)
-    assert not [n for n in os.listdir(str(dst / "checkpoints"))]                     # nothing half restored
+    assert not os.listdir(str(dst / "checkpoints"))                                  # nothing half restored

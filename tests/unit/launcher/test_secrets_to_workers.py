@@ -49,7 +49,7 @@ def run_child(stdin, *flags, lines=2):
     try:
         proc.stdin.write(stdin)
         proc.stdin.flush()
-        out = [proc.stdout.readline().decode().rstrip("\n") for _ in range(lines)]
+        out = [proc.stdout.readline().decode().rstrip("\n") for _line in range(lines)]
         proc.stdin.close()
         rc = proc.wait(timeout=60)
         return out, rc, proc.stderr.read()
