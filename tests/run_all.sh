@@ -74,12 +74,57 @@ if [[ " $STAGES " == *" molecule "* && " $STAGES " == *" e2e "* && -z "${DT_TEST
   parallel=1
 fi
 
+# lint and sanity (static checks, a few minutes of CPU) run in the background beside the unit tests,
+# whose time goes mostly to waiting on training processes and playbooks; their output is printed
+# once the unit stage ends.
+checks_beside_unit=0
+if [[ " $STAGES " == *" unit "* && -z "${DT_TEST_SERIAL:-}" ]] \
+    && [[ " $STAGES " == *" lint "* || " $STAGES " == *" sanity "* ]]; then
+  checks_beside_unit=1
+fi
+checks_pid=
+start_checks() {
+  local log="$ROOT/tests/output/checks.log" status="$ROOT/tests/output/checks.status"
+  mkdir -p "$(dirname "$log")"
+  rm -f "$status"
+  echo "=== stages lint, sanity (background, output in tests/output/checks.log)"
+  (
+    for s in lint sanity; do
+      [[ " $STAGES " == *" $s "* ]] || continue
+      t0=$SECONDS
+      echo "=== stage $s: bash tests/$s.sh"
+      bash "tests/$s.sh"
+      echo "$s $? $((SECONDS - t0))" >>"$status"
+    done
+  ) >"$log" 2>&1 &
+  checks_pid=$!
+}
+collect_checks() {
+  [ -n "$checks_pid" ] || return 0
+  wait "$checks_pid"
+  checks_pid=
+  echo "=== stages lint, sanity: their output"
+  cat "$ROOT/tests/output/checks.log"
+  local name rc secs
+  while read -r name rc secs; do
+    TIMES[$name]=$secs
+    RESULTS[$name]=$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")
+    [ "$rc" -eq 0 ] || overall=1
+  done <"$ROOT/tests/output/checks.status"
+}
+
 for stage in $STAGES; do
   case $stage in
-    lint) run_stage lint bash tests/lint.sh ;;
-    sanity) run_stage sanity bash tests/sanity.sh ;;
+    lint|sanity)
+      if [ $checks_beside_unit = 1 ]; then
+        [ -n "$checks_pid" ] || [ -n "${checks_started:-}" ] || { start_checks; checks_started=1; }
+      else
+        run_stage "$stage" bash "tests/$stage.sh"
+      fi ;;
     # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
-    unit) run_stage unit python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25 ;;
+    unit)
+      run_stage unit python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25
+      collect_checks ;;
     molecule)
       if [ $parallel = 1 ]; then
         DT_MOLECULE_SCENARIOS="$(scenarios cloud)" run_stage molecule-cloud bash tests/molecule.sh
@@ -92,6 +137,8 @@ for stage in $STAGES; do
   esac
 done
 
+collect_checks     # (when unit was not reached)
+
 # Nothing stays behind: the cluster molecule scenarios and the e2e share the local cloud.
 if [ -z "${DT_KEEP_CLOUD:-}" ] || [ "${DT_KEEP_CLOUD}" = 0 ]; then
   python -m localcloud down >/dev/null 2>&1 || true
@@ -103,6 +150,7 @@ for stage in lint sanity unit molecule molecule-cloud molecule-roles e2e; do
   [ -n "${TIMES[$stage]:-}" ] || continue
   printf '  %-14s %6ss  %s\n' "$stage" "${TIMES[$stage]}" "${RESULTS[$stage]}"
 done
+[ $checks_beside_unit = 1 ] && echo "  (lint and sanity ran beside unit)"
 [ $parallel = 1 ] && echo "  (e2e ran beside molecule-roles)"
 echo "  total          ${SECONDS}s"
 exit $overall

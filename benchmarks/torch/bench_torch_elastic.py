@@ -53,7 +53,7 @@ TORCHRUN_SCRIPT = os.path.join(HERE, "torchrun_digits.py")
 OURS_SCRIPT = "dynatrain_runtime.examples.train_digits"
 ENGINE_ARGS = ["--engine", "torch"]           # the launcher's option (and the example's)
 TAG = "dtbench-torch-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
-SYSTEMS = ("ours", "torchrun-defaults", "torchrun-tuned")
+SYSTEMS = ("ours", "ours-torchrun-script", "torchrun-defaults", "torchrun-tuned")
 CHANGES = ("add", "add_warm", "remove", "kill")
 TUNED = ["--monitor-interval=0.05", "--rdzv-conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"]
 BASE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1",
@@ -298,6 +298,19 @@ def host_pids(efs, host):
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
+def timeline_change(job, kind, old, new, t0, log):
+    """Wait for the first step at world ``new`` in ``job.timeline`` after ``t0``: the change's figures."""
+    a = job.args
+    first = wait(lambda: job.timeline.first_at(new, t0), a.event_timeout,
+                 "%s -> first step at world %d" % (kind, new), job.proc_to_watch(), log)
+    job.world = new
+    before = [r for r in job.timeline.steps if r["t"] < first["t"]]
+    last = before[-1] if before else first
+    return {"first_s": first["t"] - t0, "paused_s": first["t"] - last["t"],
+            "recomputed": max(0, max(r["step"] for r in before) - (first["step"] - 1)) if before else 0,
+            "old_world": old}
+
+
 class Timeline(object):
     """The torchrun script's rank-0 records (``--timeline``), read incrementally."""
 
@@ -361,6 +374,9 @@ class TorchrunJob(object):
                       "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-dir",
                       os.path.join(self.dir, "checkpoints"), "--timeline", self.timeline.path]
 
+    def proc_to_watch(self):
+        return self.agents[1]
+
     def start_agent(self, n):
         t0 = time.time()
         p = spawn(self.command(n), self.logpath(n), {"DTBENCH_AGENT": "%s-%d" % (self.job, n)}, self.job)
@@ -382,14 +398,7 @@ class TorchrunJob(object):
                 kill_pids(tagged_pids("DTBENCH_AGENT", "%s-3" % self.job))
         else:
             raise BenchError("torchrun has no %s" % kind)
-        first = wait(lambda: self.timeline.first_at(new, t0), a.event_timeout,
-                     "torchrun: %s -> first step at world %d" % (kind, new), self.agents[1], self.logpath(1))
-        self.world = new
-        before = [r for r in self.timeline.steps if r["t"] < first["t"]]
-        last = before[-1] if before else first
-        res = {"first_s": first["t"] - t0, "paused_s": first["t"] - last["t"],
-               "recomputed": max(0, max(r["step"] for r in before) - (first["step"] - 1)) if before else 0,
-               "old_world": old}
+        res = timeline_change(self, "torchrun: " + kind, old, new, t0, self.logpath(1))
         if kind in ("remove", "kill"):                     # the agent must be gone before the next change
             try:
                 self.agents[3].wait(a.event_timeout)
@@ -406,9 +415,64 @@ class TorchrunJob(object):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class OursScriptJob(object):
+    """Our launcher running torchrun's script unchanged (``--script-api torchrun``): the same hosts as
+    ``OursJob``, measured as torchrun is (its rank-0 timeline), a change made as ours are."""
+
+    def __init__(self, args, data, port_base, world, workdir):
+        self.args, self.efs, self.job = args, tempfile.mkdtemp(prefix="ours-script-", dir=workdir), uuid.uuid4().hex[:10]
+        self.small, self.big = [OursJob.W1, OursJob.MASTER], [OursJob.W1, OursJob.W2, OursJob.MASTER]
+        br.write_hosts(self.efs, self.big if world == 3 else self.small)
+        self.log = os.path.join(self.efs, "launcher.out")
+        self.timeline = Timeline(os.path.join(self.efs, "timeline.jsonl"))
+        py = args.python
+        cmd = [py, "-m", "dynatrain_runtime.launcher"] + ENGINE_ARGS + [
+            "--script-api", "torchrun", "--efs-mount", self.efs, "--python", py, "--script", TORCHRUN_SCRIPT,
+            "--transport", "local", "--omp-threads", "1", "--port-base", str(port_base), "--status-interval", "0.5",
+            "--", "--data", data, "--epochs", "100000", "--step-sleep", str(args.step_sleep),
+            "--checkpoint-every", str(args.checkpoint_every), "--checkpoint-dir", os.path.join(self.efs, "script-ckpt"),
+            "--timeline", self.timeline.path]
+        self.proc = spawn(cmd, self.log, {}, self.job)
+        t0 = time.time()
+        wait(lambda: self.timeline.first_at(world, t0 - 60), args.start_timeout,
+             "ours-torchrun-script: first step at world %d" % world, self.proc, self.log)
+        self.world = world
+
+    def proc_to_watch(self):
+        return self.proc
+
+    def change(self, kind):
+        if kind == "add":
+            old, new = 2, 3
+            t0 = time.time()
+            br.write_hosts(self.efs, self.big)
+        elif kind == "remove":
+            old, new = 3, 2
+            t0 = time.time()
+            br.write_hosts(self.efs, self.small)
+        elif kind == "kill":
+            old, new = 3, 2
+            pids = host_pids(self.efs, OursJob.W2)
+            if not pids:
+                raise BenchError("ours-torchrun-script: no process of %s to kill" % OursJob.W2)
+            t0 = time.time()
+            kill_pids(pids)
+        else:
+            raise BenchError("ours-torchrun-script has no %s" % kind)
+        return timeline_change(self, "ours-torchrun-script: " + kind, old, new, t0, self.log)
+
+    def close(self):
+        end_job(self.job, [self.proc], grace=30.0)
+        if self.args.keep:
+            print("kept %s" % self.efs, flush=True)
+        else:
+            shutil.rmtree(self.efs, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------- (a)
 def plan(system):
-    """(change, world before) in order: 2 -> 3 -> 2 -> 3 -> 2; torchrun's second add is not timed."""
+    """(change, world before) in order: 2 -> 3 -> 2 -> 3 -> 2; the second add is timed for ours only
+    (with the warm request add_workers writes; a torchrun script has no warm process)."""
     second = "add_warm" if system == "ours" else "readd"
     return [("add", 2), ("remove", 3), (second, 2), ("kill", 3)]
 
@@ -421,6 +485,8 @@ def run_changes(args, system, data, ports, workdir, rng):
             if job is None:
                 if system == "ours":
                     job = OursJob(args, data, ports.take(500), pre, workdir)
+                elif system == "ours-torchrun-script":
+                    job = OursScriptJob(args, data, ports.take(500), pre, workdir)
                 else:
                     job = TorchrunJob(args, data, ports.take(1), pre, workdir, tuned=system == "torchrun-tuned")
             if job.world != pre:

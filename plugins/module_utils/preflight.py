@@ -203,6 +203,7 @@ def vcpu_problem(klass, market, need, quota, region=""):
 
 ENGINES = ("mxnet", "torch")
 RESIZE_AT = ("step", "epoch")
+SCRIPT_APIS = ("elastic", "torchrun")   # the runtime's protocol.SCRIPT_APIS
 # As roles/cluster/tasks/preflight.yml checks cluster_name (it names every resource and tag).
 CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,30}$")
 # dt_job_name is a path segment of the S3 prefix and a word of the sync unit's settings.
@@ -537,6 +538,8 @@ def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_clust
         problems.append(
             f"dt_resize_at={given['dt_resize_at']} is not valid: pass -e dt_resize_at=step (membership changes at "
             "the next step, the default) or -e dt_resize_at=epoch (at the next epoch, as DT did).")
+    problems.append(script_api_problem(given.get("dt_train_script_api"), given.get("dt_engine", "mxnet"),
+                                       not engine_from_cluster or "dt_engine" in typed_names))
     if "dt_job_name" in given:
         problems.append(job_name_problem(given["dt_job_name"]))
     if given.get("dt_checkpoint_bucket", "") != "":
@@ -549,6 +552,22 @@ def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_clust
     problems.append(engine_problem(given.get("dt_engine", "mxnet"),
                                    {k: given[k] for k in INSTANCE_TYPE_SETTINGS if k in given and gpus}))
     return [p for p in problems if p]
+
+
+def script_api_problem(api, engine, engine_known=True):
+    """dt_train_script_api: ``elastic`` (the helper API) or ``torchrun`` (a script written for torchrun,
+    which only the torch engine runs; checked against dt_engine when the run knows the engine)."""
+    if api is None:
+        return ""
+    if api not in SCRIPT_APIS:
+        return (f"dt_train_script_api={api} is not valid: pass -e dt_train_script_api=elastic (the script uses "
+                "dynatrain_runtime's Elastic helper, the default) or -e dt_train_script_api=torchrun (a script "
+                "written for torchrun, run unchanged: needs dt_engine=torch).")
+    if api == "torchrun" and engine_known and engine != "torch":
+        return (f"dt_train_script_api=torchrun runs a script written for torchrun, with PyTorch: dt_engine={engine} "
+                "cannot run it. Pass -e dt_engine=torch with it, or leave dt_train_script_api out for a script "
+                "that uses the Elastic helper.")
+    return ""
 
 
 def dropped_words_problems(extra_vars, line_settings=()):

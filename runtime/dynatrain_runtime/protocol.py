@@ -38,6 +38,7 @@ EXIT_NO_HOST_WORKER = 2    # final: no valid host_worker
 EXIT_CRASHED = 3           # an unexpected error: restarted, it resumes from the last checkpoint
 MSG_PREFIX = "@@DT "       # worker -> launcher messages on stdout
 RESIZE_AT = ("step", "epoch")
+SCRIPT_APIS = ("elastic", "torchrun")     # a script uses the helper API, or is written for torchrun
 # launcher -> worker commands and the worker's answer (the one home of these names)
 CMD_STOP, CMD_STOP_AT, CMD_RECOVER = "stop", "stop_at", "recover"
 MSG_STOP_ACK = "stop_ack"

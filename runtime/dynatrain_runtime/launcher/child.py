@@ -1,10 +1,14 @@
-"""``python -m dynatrain_runtime.launcher child [--env K=V ...] [--env-stdin] -- CMD...``: run CMD, die with our stdin.
+"""``python -m dynatrain_runtime.launcher child [--env K=V ...] [--env-stdin] [--alive S] -- CMD...``: run CMD,
+die with our stdin.
 
 Every process the launcher starts (locally or over ssh) runs under this wrapper, so
 nothing outlives the launcher or its ssh session: stdin lines are forwarded to the
 child; when stdin reaches EOF or we get SIGTERM/SIGHUP, the child's process group is
 terminated (then killed).  Exits with the child's status.  With ``--env-stdin`` the first
 stdin line is a JSON object of more environment (the job's secrets: never on a command line).
+With ``--alive S`` the wrapper says "alive" every S seconds for a child that cannot (a script
+written for torchrun, without the helper API): the child's output then passes through the
+wrapper line by line, so a message never lands inside a line of the script's.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from ..protocol import MSG_PREFIX
 
 
 def _kill_group(proc, grace=3.0):
@@ -50,6 +56,32 @@ def _pump_stdin(proc, done):
         _kill_group(proc)
 
 
+def _alive_messages(proc, period, done):
+    """``--alive``: pass the child's output through whole lines, and an "alive" line every ``period`` s."""
+    lock = threading.Lock()
+
+    def write(data):
+        with lock:
+            try:
+                os.write(1, data)
+            except OSError:
+                pass
+
+    def forward():
+        for line in iter(proc.stdout.readline, b""):
+            write(line if line.endswith(b"\n") else line + b"\n")
+
+    def beat():
+        while not done.wait(period):
+            write((MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode())
+
+    write((MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode())
+    forwarder = threading.Thread(target=forward, daemon=True)
+    forwarder.start()
+    threading.Thread(target=beat, daemon=True).start()
+    return forwarder
+
+
 def _read_env_line(line):
     """``{name: value}`` from the ``--env-stdin`` line, or None when it is not one."""
     try:
@@ -65,6 +97,8 @@ def child_main(argv):
     ap = argparse.ArgumentParser(prog="dynatrain_runtime.launcher child")
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--env-stdin", action="store_true")
+    ap.add_argument("--alive", type=float, default=0.0,
+                    help="say 'alive' every this many s for the child (0: the child says it itself)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
@@ -83,11 +117,13 @@ def child_main(argv):
             return 2
         env.update(extra)
     try:
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True)
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if args.alive > 0 else {}
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True, **piped)
     except OSError as exc:
         print(f"launcher child: cannot start {cmd[0]}: {exc}", file=sys.stderr)
         return 127
     done = threading.Event()
+    forwarder = _alive_messages(proc, args.alive, done) if args.alive > 0 else None
 
     def on_signal(signum, _frame):
         _kill_group(proc)
@@ -96,12 +132,18 @@ def child_main(argv):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     threading.Thread(target=_pump_stdin, args=(proc, done), daemon=True).start()
-    rc = proc.wait()
+    # poll, not wait(): wait() holds the Popen's lock while blocked, and a signal handler (or the pump
+    # thread) ending the child would never see it exit (poll() says None) and wait out every grace.
+    while proc.poll() is None:
+        time.sleep(0.05)
+    rc = proc.returncode
     done.set()
     try:
         os.killpg(proc.pid, signal.SIGKILL)     # anything the child left behind in its group
     except OSError:
         pass
+    if forwarder is not None:
+        forwarder.join(timeout=2.0)          # the child's last lines
     sys.stdout.flush()
     # os._exit: the pump thread is blocked in a buffered stdin read, and a normal interpreter
     # exit would abort ("_enter_buffered_busy") on Python 3.11.

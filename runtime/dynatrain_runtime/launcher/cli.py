@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..engines import ENGINES
-from ..protocol import RESIZE_AT
+from ..protocol import RESIZE_AT, SCRIPT_APIS
 from .child import child_main
 from .loop import Launcher
 
@@ -42,6 +42,11 @@ def parse_args(argv=None):
                          "generation), no servers [%(default)s]")
     ap.add_argument("--script", required=True,
                     help="training script: a path (the same on every node) or a module name run with -m")
+    ap.add_argument("--script-api", choices=SCRIPT_APIS, default="elastic",
+                    help="elastic: the script uses the helper API (warm spares, step-boundary resizes, survivor "
+                         "recovery); torchrun: a script written for torchrun, run unchanged (torch engine): each "
+                         "change ends it and starts it again with the new environment, and it resumes from its "
+                         "own checkpoint, as torchrun does [%(default)s]")
     ap.add_argument("--transport", choices=("ssh", "local"), default="ssh",
                     help="ssh to the workers, or run every 'host' as a local process (tests) [%(default)s]")
     ap.add_argument("--ssh-user", default="admin")
@@ -97,6 +102,8 @@ def parse_args(argv=None):
     ap.add_argument("--status-interval", type=float, default=2.0)
     ap.add_argument("script_args", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
+    if args.script_api == "torchrun" and args.engine != "torch":
+        ap.error("--script-api torchrun runs a script written for torchrun: it needs --engine torch")
     if args.script_args and args.script_args[0] == "--":
         args.script_args = args.script_args[1:]
     if args.transport == "local" and os.path.exists(args.script):

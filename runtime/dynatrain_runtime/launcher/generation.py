@@ -1,5 +1,11 @@
 """One process group of the job: its membership, its processes and how it is doing.
 
+A group of a script written for torchrun (``plain``: no helper API, so no steps, heartbeats or
+boundary) is known only by its processes: the wrapper says they are alive, a stop ends them
+(torchrun's restart), and a process that exits by itself with a status of its own failed its
+*script* (the group restarts, the host stays: torchrun's restart too) while one whose wrapper
+died or whose host stopped answering lost its *host* (dropped, as with the helper API).
+
 Every time here is ``time.monotonic()`` (so is the ``now`` the checks are given): a step of the
 wall clock (NTP, a VM resumed) must not look like silence or a stall.
 """
@@ -14,8 +20,10 @@ from ..protocol import EXIT_STOPPED
 class Generation:
     """The processes started for one membership, from start to done, stop or failure."""
 
-    def __init__(self, gid, membership, port, resume):
+    def __init__(self, gid, membership, port, resume, plain=False):
         self.id = gid
+        self.plain = plain                      # a torchrun script: no @@DT messages but "alive"
+        self.script_failed = set()              # plain: hosts whose script exited badly (kept)
         self.membership = list(membership)
         self.port = port
         self.resume = resume                    # (path, meta) or None
@@ -93,6 +101,12 @@ class Generation:
             self.exited[host] = rc
             if rc == 0 or (rc == EXIT_STOPPED and self.stop_at is not None):
                 continue
+            if self.plain and self.stop_at is not None:
+                continue    # ended by the stop (SIGTERM): whatever status its script gives
+            if self.plain and 0 < rc < 255:
+                self.script_failed.add(host)
+                failed[host] = f"the script exited with status {rc} (the group restarts; the host stays)"
+                continue
             if w.stopped or getattr(w, "done", False):
                 continue    # it reported its boundary (or the end) before: how its exit went changes nothing
             hint = " (ssh: host unreachable?)" if rc == 255 else ""
@@ -127,8 +141,8 @@ class Generation:
 
     def stalled(self, now, master, start_timeout, stall_timeout):
         """Everybody alive but no step progress: the laggards, or the whole job (blamed on the master)."""
-        if self.stop_at is not None:
-            return {}
+        if self.stop_at is not None or self.plain:
+            return {}                           # (a torchrun script reports no steps)
         ref = self.progress_at if self.first_step_at else self.started
         limit = stall_timeout if self.first_step_at else start_timeout
         if now - ref <= limit:
@@ -145,8 +159,14 @@ class Generation:
         return self.done and all(getattr(w, "done", False) or self.exited.get(host) == 0
                                  for host, w in self.workers.items())
 
+    def lost(self, failed):
+        """The failed hosts that are gone (dropped from the job), not those whose script failed."""
+        return [h for h in failed if h not in self.script_failed]
+
     def stopped_at_boundary(self):
-        """Every worker is past the stop boundary and rank 0 has checkpointed."""
+        """Every worker is past the stop boundary and rank 0 has checkpointed (plain: every one ended)."""
+        if self.plain:
+            return self.stop_at is not None and len(self.exited) == len(self.workers)
         return (self.stop_at is not None
                 and all(w.stopped or host in self.exited for host, w in self.workers.items())
                 and any(w.stopped and (w.last_hb or {}).get("rank") == 0 for w in self.workers.values()))

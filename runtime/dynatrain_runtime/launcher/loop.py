@@ -9,6 +9,9 @@ from the state of the last completed step, which one survivor writes as a recove
 checkpoint when asked (``--recovery survivor``, default); only when no survivor gives it
 within ``--recover-timeout`` does it resume from the last regular checkpoint.
 SIGTERM: stop at the next boundary, checkpoint, exit 0.
+A script written for torchrun (``--script-api torchrun``: no helper API) is run as torchrun runs
+it: each generation starts it with torchrun's environment, a change ends it (SIGTERM) and starts
+it again with the new membership, and it resumes from its own checkpoint.
 Every interval and timeout is measured on the monotonic clock (a wall-clock step must not
 mark workers FAILED); wall-clock times only go into the records.  An unexpected error ends
 the launcher with EXIT_CRASHED, which systemd restarts; only the final statuses (gave up,
@@ -42,6 +45,8 @@ from .transport import Transport, secret_env
 
 
 RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
+PLAIN_ALIVE_S = 1.0         # a torchrun script's wrapper says "alive" this often
+PLAIN_CONFIRM_S = 2.0       # a torchrun script's group is in effect once all its processes lived this long
 
 
 def wall_clock_resize(resize):
@@ -68,7 +73,8 @@ class Launcher:
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
                                    args.ssh_connect_timeout, args.local_ip, secrets=secret_env())
-        self.spares = SparePool(self.spawn, args.warm_spares, args.num_servers, args.spare_depth,
+        self.plain = args.script_api == "torchrun"      # no helper API: no spares, no step boundary
+        self.spares = SparePool(self.spawn, args.warm_spares and not self.plain, args.num_servers, args.spare_depth,
                                 servers=args.engine == "mxnet")      # torch: workers only
         self.master = args.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
@@ -136,10 +142,12 @@ class Launcher:
 
     # ------------------------------------------------------------------ processes
     def static_env(self, host):
-        env = {"DT_ASSIGN": "stdin", "EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
+        env = {"EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
                "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
                "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or "",
                "DT_RECOVERY": self.args.recovery, "DT_ENGINE": self.args.engine}
+        if not self.plain:
+            env["DT_ASSIGN"] = "stdin"          # a warm process waits for its generation's environment
         if self.args.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
                 env[key] = str(self.args.omp_threads)
@@ -157,6 +165,16 @@ class Launcher:
         cmd = self.transport.command(host, argv, self.static_env(host))
         return Proc(host, kind, cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
 
+    def spawn_plain(self, host, gid, env):
+        """A torchrun script's process of generation ``gid``, its environment given at its start."""
+        a = self.args
+        argv = [a.python] + script_argv(a.script) + list(a.script_args)
+        cmd = self.transport.command(host, argv, dict(self.static_env(host), **env), alive=PLAIN_ALIVE_S)
+        proc = Proc(host, "worker", cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
+        proc.role, proc.generation, proc.label = "worker", gid, f"worker@{host}"
+        proc.assigned_at = proc.started
+        return proc
+
     # ------------------------------------------------------------------ generations
     def next_generation_id(self):
         self.gen_counter += 1
@@ -169,7 +187,7 @@ class Launcher:
         port = self.args.port_base + (gid % 500)
         if self.args.engine == "torch":         # the store binds on the master, here: skip a taken port
             port = free_port(self.args.port_base, gid)
-        g = Generation(gid, membership, port, resume)
+        g = Generation(gid, membership, port, resume, plain=self.plain)
         self.joining = None
         clear_stop_request(self.files)
         gen_env = {"DT_GENERATION": str(gid)}
@@ -184,6 +202,9 @@ class Launcher:
             servers, worker_env = self._start_servers(g, membership, port, gen_env)
             connect = f"scheduler {self.master}:{port}, {len(servers)} server(s)"
         for host in membership:
+            if self.plain:
+                g.workers[host] = self.spawn_plain(host, gid, dict(gen_env, **worker_env[host]))
+                continue
             w = self.spares.take(host, "worker")
             w.assign("worker", gid, dict(gen_env, **worker_env[host]))
             g.workers[host] = w
@@ -227,7 +248,10 @@ class Launcher:
         at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
         g.stop_mode = at
         for w in g.workers.values():                             # first: the workers get it on stdin
-            w.send(stop_command(g.id, at, reason))
+            if self.plain:
+                w.terminate()                   # a torchrun script: ended, started again (torchrun's way)
+            else:
+                w.send(stop_command(g.id, at, reason))
         write_stop_request(self.files, g.id, reason, at=at)      # the record (an fsync: after the sends)
         self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
 
@@ -277,7 +301,8 @@ class Launcher:
     def on_first_step(self, g, proc, msg):
         g.first_step_at = time.monotonic()
         self.last_start_s = g.first_step_at - g.started
-        self.failures_without_progress = 0
+        if not g.plain:                         # a torchrun script's progress is unknown: torchrun's count
+            self.failures_without_progress = 0
         self.state = "running"
         self.confirm(g.membership)
         if g.resize is not None:
@@ -286,7 +311,8 @@ class Launcher:
                      total_s=round(g.first_step_at - r["detected_at"], 3),
                      first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
                      resume_step=g.resume_step,
-                     recomputed_steps=max(0, r.get("stop_step", g.resume_step) - g.resume_step))
+                     recomputed_steps=None if g.plain else max(0, r.get("stop_step", g.resume_step)
+                                                               - g.resume_step))   # plain: the script's
             if msg.get("phases"):               # where the restart went, s after the assignment (this worker)
                 r["phases"] = dict(msg["phases"], host=proc.host)
             self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
@@ -486,10 +512,20 @@ class Launcher:
                 next_hw = now + self.args.poll_interval
                 self._check_host_worker(g, now)
             self.decide_stop(g)
+            self._plain_in_effect(g, now)
             result = self._outcome(g, now, self._failures(g, now))
             if result is not None:
                 return result
             self.write_status()
+
+    def _plain_in_effect(self, g, now):
+        """A torchrun script's group is in effect (logged) once each of its processes has lived
+        PLAIN_CONFIRM_S: it reports no steps, and one that fails at its start ends the group first."""
+        if not g.plain or g.first_step_at is not None or g.stop_at is not None:
+            return
+        if now - g.started >= PLAIN_CONFIRM_S and all(
+                w.last_alive is not None and w.alive() for w in g.workers.values()):
+            self.on_first_step(g, None, {"step": g.resume_step})
 
     def _note_own_stall(self, gap, now):
         """A loop turn far longer than its 0.1 s means this process was frozen (SIGSTOP, a paused VM,
@@ -521,7 +557,7 @@ class Launcher:
         Their training threads are blocked in a collective with the dead peer; the request is
         served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
         """
-        if self.args.recovery != "survivor" or g.first_step_at is None:
+        if self.args.recovery != "survivor" or g.first_step_at is None or g.plain:
             return None                         # before its first step the group is at its resume point
         t0 = time.monotonic()
         deadline = t0 + self.args.recover_timeout
@@ -553,11 +589,12 @@ class Launcher:
     def report_failure(self, g, failed):
         for host, why in sorted(failed.items()):
             self.out(f"generation {g.id}: FAILED {host}: {why}")
-            self.event("worker_failed", generation=g.id, ip=host, reason=why, dropped=host != self.master)
+            self.event("worker_failed", generation=g.id, ip=host, reason=why,
+                       dropped=host != self.master and host not in g.script_failed)
 
     def handle_failure(self, g, failed, recovery=None):
         self.failures_without_progress += 1
-        drop = [h for h in failed if h != self.master]
+        drop = [h for h in g.lost(failed) if h != self.master]
         for host in drop:
             self.members.append_log("FAILED", host)
         if drop:
@@ -578,8 +615,13 @@ class Launcher:
                                "recomputed_steps": max(0, stop_step - resume_step)}
         if recovery:
             self.pending_resize["recovery_s"] = recovery.get("seconds_total")
-        self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
-                 f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
+        if g.plain:
+            self.pending_resize.update(recovered_from="script", resume_step=None, recomputed_steps=None)
+            self.out(f"generation {g.id}: restarting the script on {self.pending_resize['to']} "
+                     "(it resumes from its own checkpoint)")
+        else:
+            self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
+                     f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
         self.event("resize_start", **wall_clock_resize(self.pending_resize))
 
     # ------------------------------------------------------------------ main
@@ -729,14 +771,14 @@ class Launcher:
                     return self._finish("failed", "too_many_failures", EXIT_GAVE_UP, message=message)
             if self.shutdown:
                 break
-            self._next_membership(outcome, info)
+            self._next_membership(outcome, g.lost(info) if outcome == "failed" else info)
         return self._stop()
 
     def _train_done(self, g):
         self.state = "finished"
         if g.first_step_at is None:
             self.confirm(g.membership)
-        self.out(f"training finished (generation {g.id}, step {g.max_step})")
+        self.out(f"training finished (generation {g.id}" + (")" if g.plain else f", step {g.max_step})"))
         self.event("train_done", generation=g.id, step=g.max_step, membership=g.membership)
         self.write_status(force=True)
 

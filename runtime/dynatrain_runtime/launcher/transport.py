@@ -50,9 +50,10 @@ class Transport:
                 "-o", f"ConnectTimeout={self.connect_timeout}",
                 f"{self.ssh_user}@{host}"]
 
-    def command(self, host, argv, env):
-        """The command line; public settings only (a remote process's secrets: ``stdin_head``)."""
-        wrapper = [self.python] + CHILD
+    def command(self, host, argv, env, alive=0.0):
+        """The command line; public settings only (a remote process's secrets: ``stdin_head``).
+        ``alive``: the wrapper says "alive" for the process every this many s (one that cannot)."""
+        wrapper = [self.python] + CHILD + (["--alive", str(alive)] if alive else [])
         for key in sorted(env):
             wrapper += ["--env", f"{key}={env[key]}"]
         if self.stdin_head(host):

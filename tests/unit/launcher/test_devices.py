@@ -1,6 +1,7 @@
 """Device selection (dynatrain_runtime.devices, Elastic.ctx), the example's split across devices, gpu_check's CPU path."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -130,3 +131,39 @@ def test_gpu_check_without_mxnet_says_so():
     if "sees" in out.stdout:            # this Python has MXNet after all: nothing to check here
         pytest.skip("the controller Python imports MXNet")
     assert out.returncode == 0 and "MXNet is not importable" in out.stdout
+
+
+def test_gpu_check_torch_on_a_cpu_only_machine(node_python):
+    out = subprocess.run([node_python, os.path.join(ROOT, "scripts", "gpu_check.py"), "--engine", "torch"],
+                         capture_output=True, text=True, check=False)
+    if "PyTorch is not importable" in out.stdout:
+        pytest.skip("the node venv has no torch (make node-venv installs requirements-node-torch.txt)")
+    assert out.returncode == 0, out.stderr
+    assert "PyTorch 2.13.0+cpu here is the CPU build (no CUDA): CPU-only machine" in out.stdout
+    assert "no GPU to train on here" in out.stdout and "samples/s" not in out.stdout
+
+
+GROUP_RUN = """
+import argparse, json, sys, tempfile
+sys.path.insert(0, %r)
+import gpu_check
+args = argparse.Namespace(engine="torch", epochs=2, model="mlp", global_batch=64)
+with tempfile.TemporaryDirectory() as work:
+    import subprocess
+    data = work + "/digits.npz"
+    subprocess.run([sys.executable, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data], check=True,
+                   stdout=subprocess.DEVNULL)
+    print(json.dumps(gpu_check.run_example("group", work, data, args, {"DEEPLEARNING_WORKER_GPU_COUNT": "0"},
+                                           processes=2)))
+"""
+
+
+def test_gpu_check_runs_one_torch_process_per_device_as_one_group(node_python):
+    """What the GPU run does with N GPUs (a process each, LOCAL_RANK, one DDP group), here on the CPU (gloo)."""
+    out = subprocess.run([node_python, "-c", GROUP_RUN % os.path.join(ROOT, "scripts")], capture_output=True,
+                         text=True, check=False, timeout=300)
+    if "No module named 'torch'" in out.stderr:
+        pytest.skip("the node venv has no torch")
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["samples_per_s"] > 0 and result["val_acc"] >= 0.8, result

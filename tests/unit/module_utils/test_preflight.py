@@ -290,6 +290,16 @@ def test_resize_at_refused(value, needle):
     assert needle in problem and "-e dt_resize_at=epoch" in problem
 
 
+def test_script_api_elastic_or_torchrun():
+    assert pf.settings_problems(dict(DEFAULTS, dt_train_script_api="elastic")) == []
+    assert pf.settings_problems(dict(DEFAULTS, dt_train_script_api="torchrun", dt_engine="torch")) == []
+    problem = only_problem(dt_train_script_api="torchrun")                    # the default engine: mxnet
+    assert "dt_engine=mxnet cannot run it" in problem and "-e dt_engine=torch" in problem
+    assert "is not valid" in only_problem(dt_train_script_api="horovod", dt_engine="torch")
+    # the engine of the cluster's job, unknown here: tasks/cluster_engine.yml and the launcher role check it
+    assert pf.settings_problems(dict(DEFAULTS, dt_train_script_api="torchrun"), engine_from_cluster=True) == []
+
+
 @pytest.mark.parametrize("engine", ["mxnet", "torch"])
 def test_engines(engine):
     assert pf.settings_problems(dict(DEFAULTS, dt_engine=engine)) == []
