@@ -97,12 +97,12 @@ def node_ami_in_every_region(enabled=True):
 
 
 BOUNDARY_NAME = "dynatrain-master-boundary"
-BOUNDARY_FILE = os.path.join(config.REPO_DIR, "docs", "iam", "master-boundary-policy.json")
+BOUNDARY_FILE = os.path.join(config.REPO_DIR, "files", "iam", "master-boundary-policy.json")
 
 
 def ensure_boundary_policy(iam=None, sts=None):
     """The master role's permissions boundary, as an account's administrator creates it once
-    (docs/iam/README.md): IAM refuses a role whose boundary does not exist (moto_compat), so
+    (files/iam/README.md): IAM refuses a role whose boundary does not exist (moto_compat), so
     the local cloud's account has it, made by the cloud, not by the product. Returns its ARN."""
     iam = iam or client("iam")
     account = (sts or client("sts")).get_caller_identity()["Account"]

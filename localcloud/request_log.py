@@ -7,7 +7,7 @@ is the IAM prefix: `ec2`, `elasticfilesystem`, `sts`, ...), the API action and
 The User-Agent tells the product's calls (Ansible's AWS modules, our modules and
 the inventory plugin all send `Ansible/<version>`) from the cloud's own
 bookkeeping and a test's direct boto3 look-ups. The IAM test compares the
-product's calls with docs/iam/controller-policy.json (`compare`).
+product's calls with files/iam/controller-policy.json (`compare`).
 
 The action is found the way AWS's front end finds it: `Action=` of the query
 protocol (EC2, STS, IAM; in the query string or the form body), `X-Amz-Target` of

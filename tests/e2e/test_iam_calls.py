@@ -5,9 +5,9 @@ cloud recorded every AWS API call it served (localcloud/request_log.py); this te
 first tears the e2e's clusters down (so teardown's calls are in the record too; the
 session's clean-up then finds nothing left), then compares the actions the product made
 (its calls carry Ansible's User-Agent; the test's own boto3 look-ups and the cloud's
-bookkeeping do not) with docs/iam/controller-policy.json: every call must be allowed,
+bookkeeping do not) with files/iam/controller-policy.json: every call must be allowed,
 and every allowed action must have been called or be listed, with why, in
-docs/iam/controller-policy-coverage.json (which also lists the calls that need no grant).
+files/iam/controller-policy-coverage.json (which also lists the calls that need no grant).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from localcloud import request_log  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-IAM = os.path.join(ROOT, "docs", "iam")
+IAM = os.path.join(ROOT, "files", "iam")
 # Collected with test_elastic.py at the session's start: calls before it (a molecule scenario on a
 # cloud left up) are not this run's.
 SESSION_START = time.time()
@@ -57,4 +57,4 @@ def test_controller_policy_allows_exactly_the_calls_of_the_run(cloud):
     print("IAM: %d actions called by the product, %d allowed, %d allowed but not exercised here"
           % (len(called), len(allowed), len(not_exercised)), flush=True)
     problems = request_log.compare(allowed, called, not_exercised, not_needed)
-    assert not problems, "docs/iam/controller-policy.json against %s:\n%s" % (calls, "\n".join(problems))
+    assert not problems, "files/iam/controller-policy.json against %s:\n%s" % (calls, "\n".join(problems))

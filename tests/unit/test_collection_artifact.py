@@ -58,6 +58,9 @@ def test_artifact_holds_the_collection(members):
     for path in ("MANIFEST.json", "FILES.json", "README.md", "meta/runtime.yml",
                  "plugins/modules/host_worker.py", "plugins/module_utils/host_worker_file.py",
                  "plugins/inventory/ec2_elastic.py", "playbooks", "roles", "docs",
+                 "files/iam/README.md", "files/iam/controller-policy.json",
+                 "files/iam/master-boundary-policy.json", "files/iam/dynatrain-reconcile-policy.json",
+                 "files/iam/ec2-assume-role-trust.json",
                  "tests/integration/targets/host_worker/tasks/main.yml"):
         assert path in members, path
     assert any(m.startswith("playbooks/") and m.endswith(".yml") for m in members)

@@ -1,4 +1,4 @@
-"""docs/iam/dynatrain-reconcile-policy.json: least privilege for one reconcile pass.
+"""files/iam/dynatrain-reconcile-policy.json: least privilege for one reconcile pass.
 
 The policy's shape (valid JSON, version, no wildcard action, no IAM action,
 every mutating action scoped by the cluster tag or the worker launch template,
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-IAM = ROOT / "docs" / "iam"
+IAM = ROOT / "files" / "iam"
 POLICY_FILE = IAM / "dynatrain-reconcile-policy.json"
 TRUST_FILE = IAM / "ec2-assume-role-trust.json"
 
@@ -188,7 +188,7 @@ def test_trust_policy_lets_ec2_assume_the_role():
     assert statement["Action"] == "sts:AssumeRole"
 
 
-# --- docs/iam/controller-policy.json: the identity that runs every playbook (issue 12) ---
+# --- files/iam/controller-policy.json: the identity that runs every playbook (issue 12) ---
 # The proof that it is least privilege is tests/e2e/test_iam_calls.py (the calls the e2e made,
 # recorded by the local cloud); these check its shape and the comparison that proof uses.
 

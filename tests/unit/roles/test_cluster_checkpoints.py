@@ -4,9 +4,9 @@ against an in-process moto server behind the local cloud's call recorder (localc
 - the checkpoint bucket ends versioned, with a lifecycle rule that aborts incomplete multipart
   uploads (and expires old versions), and a bucket policy that denies every request without TLS;
   a second run changes nothing;
-- the master's role carries the permissions boundary that docs/iam/controller-policy.json
-  requires, and its inline policy stays inside docs/iam/master-boundary-policy.json;
-- every call the role made (Ansible's User-Agent) is allowed by docs/iam/controller-policy.json,
+- the master's role carries the permissions boundary that files/iam/controller-policy.json
+  requires, and its inline policy stays inside files/iam/master-boundary-policy.json;
+- every call the role made (Ansible's User-Agent) is allowed by files/iam/controller-policy.json,
   the new ones included (what tests/e2e/test_iam_calls.py proves for a whole run);
 - teardown -e delete_checkpoints=true removes every version under the cluster's prefix (a plain
   delete only hides a versioned object), keeps other clusters' objects, and deletes the bucket
@@ -39,7 +39,7 @@ BUCKET = "dynatrain-checkpoints-" + ACCOUNT
 CLUSTER = "ckpt"
 ROLE = "dynatrain-%s-master" % CLUSTER
 BOUNDARY = "arn:aws:iam::%s:policy/dynatrain-master-boundary" % ACCOUNT
-IAM_DOCS = os.path.join(ROOT, "docs", "iam")
+IAM_DOCS = os.path.join(ROOT, "files", "iam")
 KEYS = dict(aws_access_key_id="localcloud", aws_secret_access_key="localcloud")
 
 
