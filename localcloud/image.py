@@ -53,7 +53,7 @@ PACKAGES = [
 ]
 
 SSHD_CONFIG = """\
-# localcloud: hardened like our AWS nodes (README.md, "Security").
+# localcloud: hardened like our AWS nodes (docs/security.md).
 # localcloud-init writes the instance's private IP as ListenAddress (sshd_config.d).
 PasswordAuthentication no
 KbdInteractiveAuthentication no
