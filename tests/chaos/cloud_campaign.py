@@ -323,7 +323,18 @@ def main(argv=None):
         ap.error("unknown fault(s) %s; --list names them" % ", ".join(unknown))
     log_dir = os.path.join(ROOT, ".localcloud", "chaos-cloud")
     os.makedirs(log_dir, exist_ok=True)
+    was_up = "daemon     pid" in subprocess.run([sys.executable, "-m", "localcloud", "status"], cwd=ROOT,
+                                                   capture_output=True, text=True, check=False, timeout=60).stdout
     subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True, timeout=300)
+    try:
+        return campaign(args, names, log_dir)
+    finally:
+        if not was_up and not args.keep:          # the local cloud is left as it was found
+            subprocess.run([sys.executable, "-m", "localcloud", "down"], cwd=ROOT, check=False, timeout=300)
+
+
+def campaign(args, names, log_dir):
+    """Bootstrap the campaign's cluster, inject each fault, end the job; the table."""
     cluster = Cluster(log_dir)
     rc, book = run("bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN}, log_dir)
     if rc != 0:

@@ -12,12 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
-
-import pytest
 
 from conftest import ROOT, log_lines, wait_for, write_hosts
-from test_torch_engine import torch_python  # noqa: F401  (the session fixture)
+# the session fixture torch_python
+from test_torch_engine import torch_python  # noqa: F401  # pylint: disable=unused-import
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "torch", "torchrun_digits.py")
 M, A, B = "127.0.13.1", "127.0.13.2", "127.0.13.3"
