@@ -4,7 +4,7 @@ call: playbooks/tasks/check_settings.yml (plugins/module_utils/preflight.py's se
 The playbooks run against nothing: the local inventory's settings as a static inventory whose AWS
 endpoint is a closed port, so a run that got past the check could create nothing either; each test
 checks that the settings check was the last task run. The rules and every message are unit-tested in
-tests/unit/module_utils/test_preflight.py; here each message comes out of the entry point that uses
+tests/unit/plugins/module_utils/test_preflight.py; here each message comes out of the entry point that uses
 the setting, typed as a user types it (-e key=value or -e JSON). Also: the training script's
 arguments in each form reach the launcher as the same list (train.yml's launcher_script_args)."""
 from __future__ import annotations

@@ -20,7 +20,7 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils import job_event
 from ansible_collections.dynatrain.elastic.plugins.module_utils import timeline_plot
 from ansible_collections.dynatrain.elastic.plugins.modules import timeline_plot as timeline_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIXTURE = os.path.join(ROOT, "tests", "unit", "fixtures", "events_elastic_run.jsonl")
 # events.jsonl as a local-cloud run wrote it (make demo's job, resized while it trained)
 RECORDED = os.path.join(ROOT, "tests", "unit", "fixtures", "events_localcloud_run.jsonl")

@@ -228,7 +228,7 @@ def test_nothing_pinned_refused():
 
 def test_families_known_to_the_cuda_role_defaults_are_classified():
     import yaml
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(root, "roles", "cuda", "defaults", "main.yml")) as fh:
         fams = yaml.safe_load(fh)["cuda_gpu_instance_families"]
     assert sorted(fams) == sorted(gpu_select.GPU_FAMILIES)
@@ -237,7 +237,7 @@ def test_families_known_to_the_cuda_role_defaults_are_classified():
 def test_gpu_wheel_pins_agree_everywhere():
     """requirements-node-gpu.txt (the wheelhouse), the mxnet role's defaults and gpu_select pin the same wheels."""
     import yaml
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     with open(os.path.join(root, "requirements-node-gpu.txt")) as fh:
         req = [line.split("#")[0].strip() for line in fh if line.split("#")[0].strip()]
     with open(os.path.join(root, "roles", "mxnet", "defaults", "main.yml")) as fh:
@@ -328,7 +328,7 @@ def test_driver_branch_follows_the_engine():
 def test_torch_pins_agree_everywhere():
     """requirements-node-torch*.txt (the wheelhouse), the torch role's defaults and gpu_select pin the same torch."""
     import yaml
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
     def pins(name):
         with open(os.path.join(root, name)) as fh:
