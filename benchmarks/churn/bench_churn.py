@@ -39,6 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize as br  # noqa: E402  (one home for driving the launcher locally)
+from localjob import host_pids  # noqa: E402  (on sys.path through bench_resize)
 
 from dynatrain_runtime.jobfiles import JobFiles, write_drain_request  # noqa: E402
 
@@ -100,7 +101,7 @@ class Job(object):
 
     def kill(self, host):
         self.actions.append(("kill", host, time.time()))
-        for pid in host_pids(self.efs, host):
+        for pid in host_pids(self.efs, host, command_has=b"train_digits"):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -114,25 +115,6 @@ class Job(object):
                     120, "departure of %s" % host)
         self.actions.append(("add", host, time.time()))
         self.set_workers([h for h in self.hosts() if h != MASTER] + [host])
-
-
-def host_pids(efs, host):
-    """Training processes (worker + spare) the job started for ``host``: a lost host loses them all."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                env = set(handle.read().split(b"\0"))
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmd = handle.read()
-        except OSError:
-            continue
-        if (("EFS_MOUNT=%s" % efs).encode() in env and ("DT_WORKER_IP=%s" % host).encode() in env
-                and b"train_digits" in cmd and b"child" not in cmd):
-            out.append(int(name))
-    return out
 
 
 def samples_at(step, epoch_samples, steps_per_epoch):

@@ -26,29 +26,18 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  (the benchmarks use them as br.*)
 
 
 class RunFailed(SystemExit):
     """One measured run failed (said why); a benchmark of several runs reports it and goes on."""
-
-
-def write_hosts(efs, hosts):
-    with open(os.path.join(efs, "host_worker.tmp"), "w") as handle:
-        handle.write("".join(h + "\n" for h in hosts))
-    os.rename(os.path.join(efs, "host_worker.tmp"), os.path.join(efs, "host_worker"))
-
-
-def events(efs):
-    try:
-        with open(os.path.join(efs, "events.jsonl")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except OSError:
-        return []
 
 
 def wait(pred, timeout, what):

@@ -48,6 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(BENCH, "resize"))
 import bench_resize as br  # noqa: E402  (one home for driving the launcher locally)
+from localjob import host_pids  # noqa: E402  (on sys.path through bench_resize)
 
 TORCHRUN_SCRIPT = os.path.join(HERE, "torchrun_digits.py")
 OURS_SCRIPT = "dynatrain_runtime.examples.train_digits"
@@ -274,27 +275,6 @@ class OursJob(object):
             print("kept %s" % self.efs, flush=True)
         else:
             shutil.rmtree(self.efs, ignore_errors=True)
-
-
-def host_pids(efs, host):
-    """Everything the job runs for ``host`` (its wrappers, worker and spares): a lost host loses them all.
-
-    The workers have ``DT_WORKER_IP`` in their environment, the child wrappers on their command line."""
-    want = [("EFS_MOUNT=%s" % efs).encode(), ("DT_WORKER_IP=%s" % host).encode()]
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                env = handle.read().split(b"\0")
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmd = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if all(w in env for w in want) or all(w in cmd for w in want):
-            out.append(int(name))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- torchrun

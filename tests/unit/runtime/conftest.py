@@ -15,6 +15,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 if ROOT not in sys.path:       # the local cloud's IMDS emulator (spot notices) is a repo-root package
     sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 
 
@@ -57,29 +59,6 @@ def wait_for(pred, timeout, what, interval=0.1, proc=None):
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
-def write_hosts(efs, hosts):
-    path = os.path.join(efs, "host_worker")
-    with open(path + ".tmp", "w") as handle:
-        handle.write("".join(h + "\n" for h in hosts))
-    os.rename(path + ".tmp", path)
-
-
-def log_lines(efs):
-    try:
-        with open(os.path.join(efs, "host_worker_log")) as handle:
-            return [line.split() for line in handle if line.strip()]
-    except OSError:
-        return []
-
-
-def events(efs):
-    try:
-        with open(os.path.join(efs, "events.jsonl")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except OSError:
-        return []
-
-
 class LauncherRun(object):
     """A ``python -m dynatrain_runtime.launcher --transport local`` process on a temp EFS directory."""
 
@@ -120,23 +99,6 @@ def latest_meta(efs):
 
 
 def pids_of_host(ip, efs=None):
-    """PIDs of training processes started for ``ip`` (their environment says DT_WORKER_IP=ip).
-
-    With ``efs``, only those of the job on that shared directory (other jobs may use the same address).
-    """
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                env = handle.read().split(b"\0")
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmd = handle.read()
-        except OSError:
-            continue
-        if efs is not None and ("EFS_MOUNT=%s" % os.path.abspath(str(efs))).encode() not in env:
-            continue
-        if ("DT_WORKER_IP=%s" % ip).encode() in env and b"train_digits" in cmd and b"child" not in cmd:
-            out.append(int(name))
-    return out
+    """The training processes (workers and spares, not wrappers or servers) started for ``ip``; with
+    ``efs``, only those of the job on that shared directory (other jobs may use the same address)."""
+    return host_pids(efs, ip, command_has=b"train_digits")

@@ -12,6 +12,8 @@ from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation
 from localcloud.imds import ImdsRegistry, InstanceMetadata
 
+from conftest import write_hosts
+
 IP = "127.0.0.71"
 PORT = 1391
 M, A, B = "127.0.0.1", "127.0.0.2", "127.0.0.3"
@@ -90,11 +92,6 @@ def test_cli_once_exit_codes(imds, tmp_path):
 def launcher(efs, *extra):
     return loop.Launcher(parse_args(["--efs-mount", str(efs), "--script", "/bin/true", "--transport", "local",
                                      "--master", M, "--resize-at", "epoch", *extra]))
-
-
-def write_hosts(efs, hosts):
-    with open(os.path.join(str(efs), "host_worker"), "w") as handle:
-        handle.write("".join(h + "\n" for h in hosts))
 
 
 def test_launcher_drains_at_the_next_step_even_with_epoch_boundaries(tmp_path):

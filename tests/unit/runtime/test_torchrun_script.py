@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, log_lines, wait_for, write_hosts
+from conftest import ROOT, events, host_pids, log_lines, wait_for, write_hosts
 # the session fixture torch_python
 from test_torch_engine import torch_python  # noqa: F401  # pylint: disable=unused-import
 
@@ -43,30 +43,6 @@ def steps_at_world(path, world):
     return [r for r in timeline(path) if "step" in r and r.get("world") == world]
 
 
-def host_pids(ip, efs):
-    """The wrapper and the script started for host ``ip`` of the job on ``efs`` ("killing the host")."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as handle:
-                cmd = handle.read()
-            with open("/proc/%s/environ" % name, "rb") as handle:
-                env = handle.read().split(b"\0")
-        except OSError:
-            continue
-        ours = ("EFS_MOUNT=%s" % efs).encode() in env or ("EFS_MOUNT=%s" % efs).encode() in cmd
-        if ours and (("DT_WORKER_IP=%s" % ip).encode() in env or ("DT_WORKER_IP=%s" % ip).encode() in cmd):
-            out.append(int(name))
-    return out
-
-
-def events(efs):
-    with open(os.path.join(efs, "events.jsonl")) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
-
-
 def test_a_torchrun_script_runs_unchanged_through_an_add_and_a_lost_host(tmp_path, torch_python, digits_npz):
     efs = str(tmp_path)
     tl = os.path.join(efs, "timeline.jsonl")
@@ -79,7 +55,7 @@ def test_a_torchrun_script_runs_unchanged_through_an_add_and_a_lost_host(tmp_pat
         write_hosts(efs, [A, B, M])                                   # add_workers' edit
         wait_for(lambda: len(steps_at_world(tl, 3)) >= 15, 120, "steps at world 3", proc=proc)
         wait_for(lambda: len(log_lines(efs)) >= 3, 30, "ADDED of the new host", proc=proc)
-        pids = host_pids(B, efs)
+        pids = host_pids(efs, B)
         assert len(pids) >= 2, pids                                   # its wrapper and its script
         for pid in pids:                                              # the host is lost
             os.kill(pid, signal.SIGKILL)
