@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  (the benchmarks use them as br.*)
+from localjob import events, write_hosts  # noqa: E402  (the benchmarks use them as br.*)
 
 
 class RunFailed(SystemExit):

@@ -3,7 +3,7 @@
 """Which GPU software a node gets: one home for the rules of the cuda and mxnet roles.
 
 Pure Python (no Ansible, no network), so every rule is unit-tested
-(tests/unit/module_utils/test_gpu_select.py); the roles reach it through the
+(tests/unit/plugins/module_utils/test_gpu_select.py); the roles reach it through the
 filters of plugins/filter/gpu_select.py.
 
 * ``gpu_family(instance_type)``: the NVIDIA GPU of an EC2 instance family

@@ -842,7 +842,7 @@ FAULTS = [
     ("stall-launcher", fault_stall_launcher, {}),
 ]
 FAULT_NAMES = [f[0] for f in FAULTS]
-# `make test` (tests/unit/launcher/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2
+# `make test` (tests/unit/runtime/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2
 QUICK = ["torn-log-line", "launcher-kill-mid-checkpoint", "ckpt-damaged-meta"]
 
 

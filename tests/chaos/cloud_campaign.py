@@ -323,8 +323,9 @@ def main(argv=None):
         ap.error("unknown fault(s) %s; --list names them" % ", ".join(unknown))
     log_dir = os.path.join(ROOT, ".localcloud", "chaos-cloud")
     os.makedirs(log_dir, exist_ok=True)
-    was_up = "daemon     pid" in subprocess.run([sys.executable, "-m", "localcloud", "status"], cwd=ROOT,
-                                                   capture_output=True, text=True, check=False, timeout=60).stdout
+    status = subprocess.run([sys.executable, "-m", "localcloud", "status"], cwd=ROOT, capture_output=True, text=True,
+                            check=False, timeout=60)
+    was_up = "daemon     pid" in status.stdout
     subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True, timeout=300)
     try:
         return campaign(args, names, log_dir)

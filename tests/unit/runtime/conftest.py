@@ -4,7 +4,6 @@ The pure parts are imported from the controller venv (``make runtime`` installs 
 wheel there); the real MXNet runs use the node venv ``make node-venv`` builds
 (``.localcloud/node-venv``; ``DT_NODE_PYTHON`` names another).
 """
-import json
 import os
 import subprocess
 import sys
