@@ -605,7 +605,10 @@ class Launcher:
         latest = self.resume_point()
         resume_step = latest[1]["step"] if latest else 0
         mark = (latest[1].get("recovery") or {}) if latest else {}
-        from_survivor = mark.get("generation") == g.id       # (also when its answer came too late)
+        # a survivor wrote it (also when its answer came too late), or gave a checkpoint of its very step
+        # that a periodic save had written already: the same state, nothing lost
+        from_survivor = mark.get("generation") == g.id or bool(
+            latest and recovery and recovery.get("ok") and recovery.get("path") == latest[0])
         stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
         self.pending_resize = {"detected_at": g.failed_at or time.monotonic(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,

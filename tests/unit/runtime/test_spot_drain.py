@@ -123,3 +123,20 @@ def test_launcher_refuses_to_drain_the_master(tmp_path):
     assert g.stop_at is None and jobfiles.read_drain_requests(la.files) == {}
     evs = [json.loads(line) for line in open(os.path.join(str(tmp_path), "events.jsonl"))]
     assert any(e["event"] == "drain_refused" and e["ip"] == M for e in evs)
+
+
+def test_a_survivor_that_gives_an_existing_checkpoint_of_its_step_is_a_survivor_recovery(tmp_path):
+    """The last completed step was checkpointed already (a periodic save): the survivor's answer names
+    that checkpoint (CheckpointStore.write keeps a verified one), and the job lost nothing."""
+    from dynatrain_runtime.checkpoint import CheckpointStore
+    la = launcher(tmp_path)
+    write_hosts(tmp_path, [A, B, M])
+    g = Generation(2, [A, B, M], 9000, None)
+    la.members.confirm(g.membership)
+    store = CheckpointStore(os.path.join(str(tmp_path), "checkpoints"))
+    path = store.write(40, {"step": 40, "epoch": 1, "pos": 0, "generation": 2})
+    g.max_step = 40
+    la.handle_failure(g, {B: "no sign of life"}, recovery={"ok": True, "path": path, "step": 40,
+                                                             "seconds_total": 0.05})
+    assert la.pending_resize["recovered_from"] == "survivor", la.pending_resize
+    assert la.pending_resize["recomputed_steps"] == 0
