@@ -136,7 +136,7 @@ def test_a_survivor_that_gives_an_existing_checkpoint_of_its_step_is_a_survivor_
     store = CheckpointStore(os.path.join(str(tmp_path), "checkpoints"))
     path = store.write(40, {"step": 40, "epoch": 1, "pos": 0, "generation": 2})
     g.max_step = 40
-    la.handle_failure(g, {B: "no sign of life"}, recovery={"ok": True, "path": path, "step": 40,
-                                                             "seconds_total": 0.05})
+    answer = {"ok": True, "path": path, "step": 40, "seconds_total": 0.05}
+    la.handle_failure(g, {B: "no sign of life"}, recovery=answer)
     assert la.pending_resize["recovered_from"] == "survivor", la.pending_resize
     assert la.pending_resize["recomputed_steps"] == 0
