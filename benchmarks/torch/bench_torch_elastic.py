@@ -395,13 +395,13 @@ class TorchrunJob(object):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class OursScriptJob(object):
-    """Our launcher running torchrun's script unchanged (``--script-api torchrun``): the same hosts as
-    ``OursJob``, measured as torchrun is (its rank-0 timeline), a change made as ours are."""
+class OursScriptJob(OursJob):
+    """Our launcher running torchrun's script unchanged (``--script-api torchrun``): the same hosts and
+    teardown as ``OursJob``, measured as torchrun is (its rank-0 timeline), a change made as ours are."""
 
     def __init__(self, args, data, port_base, world, workdir):
         self.args, self.efs, self.job = args, tempfile.mkdtemp(prefix="ours-script-", dir=workdir), uuid.uuid4().hex[:10]
-        self.small, self.big = [OursJob.W1, OursJob.MASTER], [OursJob.W1, OursJob.W2, OursJob.MASTER]
+        self.small, self.big = [self.W1, self.MASTER], [self.W1, self.W2, self.MASTER]
         br.write_hosts(self.efs, self.big if world == 3 else self.small)
         self.log = os.path.join(self.efs, "launcher.out")
         self.timeline = Timeline(os.path.join(self.efs, "timeline.jsonl"))
@@ -432,21 +432,14 @@ class OursScriptJob(object):
             br.write_hosts(self.efs, self.small)
         elif kind == "kill":
             old, new = 3, 2
-            pids = host_pids(self.efs, OursJob.W2)
+            pids = host_pids(self.efs, self.W2)
             if not pids:
-                raise BenchError("ours-torchrun-script: no process of %s to kill" % OursJob.W2)
+                raise BenchError("ours-torchrun-script: no process of %s to kill" % self.W2)
             t0 = time.time()
             kill_pids(pids)
         else:
             raise BenchError("ours-torchrun-script has no %s" % kind)
         return timeline_change(self, "ours-torchrun-script: " + kind, old, new, t0, self.log)
-
-    def close(self):
-        end_job(self.job, [self.proc], grace=30.0)
-        if self.args.keep:
-            print("kept %s" % self.efs, flush=True)
-        else:
-            shutil.rmtree(self.efs, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- (a)

@@ -71,11 +71,13 @@ def _alive_messages(proc, period, done):
         for line in iter(proc.stdout.readline, b""):
             write(line if line.endswith(b"\n") else line + b"\n")
 
+    alive = (MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode()
+
     def beat():
         while not done.wait(period):
-            write((MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode())
+            write(alive)
 
-    write((MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode())
+    write(alive)
     forwarder = threading.Thread(target=forward, daemon=True)
     forwarder.start()
     threading.Thread(target=beat, daemon=True).start()
