@@ -2,13 +2,17 @@
 # `make test`: every stage, with its wall time printed at the end.
 # Stages: lint (ansible-lint + argument-spec drift), sanity (ansible-test),
 # unit (pytest tests/unit), molecule (every role scenario), e2e (local cloud).
-# DT_TEST_STAGES="unit e2e" runs a subset.
+# DT_TEST_STAGES="unit e2e" runs a subset (one stage after another unless unit, molecule and e2e are
+# all in it).
 #
-# With both molecule and e2e selected, the scenarios that drive the local cloud
-# (cluster, lifecycle) run first, then the e2e runs in the background while the
-# role scenarios (each in its own container and network namespace) run beside it:
-# both spend most of their time waiting on SSH, containers and training steps, not
-# on the 2 cores. DT_TEST_SERIAL=1 runs everything one after another.
+# With every stage selected they run in three lanes at once, because most of their time is spent
+# waiting on SSH, containers, playbooks and training steps rather than on the 2 cores:
+#   checks: lint, then sanity (a few minutes of CPU);
+#   cloud:  the molecule scenarios on the local cloud (cluster, lifecycle), then the e2e: the only
+#           users of the local cloud, one after another (it is one account on one fixed port);
+#   main:   unit, then the role scenarios (each in its own container and network namespace).
+# The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
+# DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,23 +20,21 @@ export PATH="$ROOT/.venv/bin:$PATH"
 export CONTAINERS_CONF="$ROOT/localcloud/containers.conf"
 export ANSIBLE_CONFIG="$ROOT/ansible.cfg"
 STAGES=${DT_TEST_STAGES:-"lint sanity unit molecule e2e"}
-declare -A TIMES RESULTS
+OUT=$ROOT/tests/output
+STATUS=$OUT/stages                # one line per finished stage: NAME RC SECONDS
+mkdir -p "$OUT"
+: >"$STATUS"
 overall=0
-E2E=(python -m pytest tests/e2e -q -p no:cacheprovider -x)
 
-# record_stage NAME RC T0: a stage's wall time and result for the table at the end.
-record_stage() {
-  TIMES[$1]=$((SECONDS - $3))
-  RESULTS[$1]=$([ "$2" -eq 0 ] && echo pass || echo "FAIL (rc=$2)")
-  [ "$2" -eq 0 ] || overall=1
-}
+selected() { [[ " $STAGES " == *" $1 "* ]]; }
 
-run_stage() {
+# stage NAME CMD...: runs one stage; its wall time and result go to the table at the end.
+stage() {
   local name=$1; shift
   echo "=== stage $name: $*"
   local t0=$SECONDS
   "$@"
-  record_stage "$name" $? $t0
+  echo "$name $? $((SECONDS - t0))" >>"$STATUS"
 }
 
 # `scenarios cloud|roles`: those on the local cloud use molecule's delegated (`default`) driver,
@@ -45,19 +47,41 @@ scenarios() {
   done
 }
 
-# e2e in the background (its output kept in a file, printed when it ends) beside the role scenarios.
-run_e2e_beside_roles() {
-  local log="$ROOT/tests/output/e2e.log"
-  mkdir -p "$(dirname "$log")"
-  echo "=== stage e2e (background, output in tests/output/e2e.log): ${E2E[*]}"
-  local t0=$SECONDS
-  "${E2E[@]}" >"$log" 2>&1 &
-  local pid=$!
-  DT_MOLECULE_SCENARIOS="$(scenarios roles)" run_stage molecule-roles bash tests/molecule.sh
-  wait $pid
-  record_stage e2e $? $t0
-  echo "=== stage e2e: its output"
-  cat "$log"
+# --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
+unit() { python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25; }
+e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x; }
+molecule_cloud() { DT_MOLECULE_SCENARIOS="$(scenarios cloud)" bash tests/molecule.sh; }
+molecule_roles() { DT_MOLECULE_SCENARIOS="$(scenarios roles)" bash tests/molecule.sh; }
+
+checks_lane() {
+  local s
+  for s in lint sanity; do
+    selected $s && stage $s bash "tests/$s.sh"
+  done
+}
+cloud_lane() {
+  stage molecule-cloud molecule_cloud
+  stage e2e e2e
+}
+main_lane() {
+  stage unit unit
+  stage molecule-roles molecule_roles
+}
+
+# background LANE: runs LANE_lane in the background, its output in tests/output/LANE.log.
+LANES=() PIDS=()
+background() {
+  echo "=== lane $1 (background, output in tests/output/$1.log)"
+  "$1_lane" >"$OUT/$1.log" 2>&1 &
+  LANES+=("$1") PIDS+=($!)
+}
+join_lanes() {
+  local i
+  for i in "${!PIDS[@]}"; do
+    wait "${PIDS[$i]}"
+    echo "=== lane ${LANES[$i]}: its output"
+    cat "$OUT/${LANES[$i]}.log"
+  done
 }
 
 # The torch engine's node wheels (python -m localcloud wheelhouse --engine torch: PyTorch's CPU build,
@@ -65,79 +89,29 @@ run_e2e_beside_roles() {
 # scenario and tests/e2e/test_torch_engine.py ask for them too, but fetched then they would arrive in
 # the controller wheelhouse while another e2e module runs, and its wheel names are part of a baked
 # image's recipe: an image baked before they arrived would be stale for that module's next bootstrap.
-if [[ " $STAGES " == *" molecule "* || " $STAGES " == *" e2e "* ]]; then
+if selected molecule || selected e2e; then
   python -m localcloud wheelhouse --engine torch || overall=1
 fi
 
-parallel=0
-if [[ " $STAGES " == *" molecule "* && " $STAGES " == *" e2e "* && -z "${DT_TEST_SERIAL:-}" && -z "${DT_MOLECULE_SCENARIOS:-}" ]]; then
-  parallel=1
+if selected unit && selected molecule && selected e2e && [ -z "${DT_TEST_SERIAL:-}" ] \
+    && [ -z "${DT_MOLECULE_SCENARIOS:-}" ]; then
+  background checks
+  background cloud
+  main_lane
+  join_lanes
+  lanes=1
+else
+  for s in $STAGES; do
+    case $s in
+      lint|sanity) stage "$s" bash "tests/$s.sh" ;;
+      unit) stage unit unit ;;
+      molecule) stage molecule bash tests/molecule.sh ;;
+      e2e) stage e2e e2e ;;
+      *) echo "unknown stage $s"; echo "$s 2 0" >>"$STATUS" ;;
+    esac
+  done
+  lanes=0
 fi
-
-# lint and sanity (static checks, a few minutes of CPU) run in the background beside the unit tests,
-# whose time goes mostly to waiting on training processes and playbooks; their output is printed
-# once the unit stage ends.
-checks_beside_unit=0
-if [[ " $STAGES " == *" unit "* && -z "${DT_TEST_SERIAL:-}" ]] \
-    && [[ " $STAGES " == *" lint "* || " $STAGES " == *" sanity "* ]]; then
-  checks_beside_unit=1
-fi
-checks_pid=
-start_checks() {
-  local log="$ROOT/tests/output/checks.log" status="$ROOT/tests/output/checks.status"
-  mkdir -p "$(dirname "$log")"
-  rm -f "$status"
-  echo "=== stages lint, sanity (background, output in tests/output/checks.log)"
-  (
-    for s in lint sanity; do
-      [[ " $STAGES " == *" $s "* ]] || continue
-      t0=$SECONDS
-      echo "=== stage $s: bash tests/$s.sh"
-      bash "tests/$s.sh"
-      echo "$s $? $((SECONDS - t0))" >>"$status"
-    done
-  ) >"$log" 2>&1 &
-  checks_pid=$!
-}
-collect_checks() {
-  [ -n "$checks_pid" ] || return 0
-  wait "$checks_pid"
-  checks_pid=
-  echo "=== stages lint, sanity: their output"
-  cat "$ROOT/tests/output/checks.log"
-  local name rc secs
-  while read -r name rc secs; do
-    TIMES[$name]=$secs
-    RESULTS[$name]=$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")
-    [ "$rc" -eq 0 ] || overall=1
-  done <"$ROOT/tests/output/checks.status"
-}
-
-for stage in $STAGES; do
-  case $stage in
-    lint|sanity)
-      if [ $checks_beside_unit = 1 ]; then
-        [ -n "$checks_pid" ] || [ -n "${checks_started:-}" ] || { start_checks; checks_started=1; }
-      else
-        run_stage "$stage" bash "tests/$stage.sh"
-      fi ;;
-    # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
-    unit)
-      run_stage unit python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25
-      collect_checks ;;
-    molecule)
-      if [ $parallel = 1 ]; then
-        DT_MOLECULE_SCENARIOS="$(scenarios cloud)" run_stage molecule-cloud bash tests/molecule.sh
-        run_e2e_beside_roles
-      else
-        run_stage molecule bash tests/molecule.sh
-      fi ;;
-    e2e) [ $parallel = 1 ] || run_stage e2e "${E2E[@]}" ;;
-    *) echo "unknown stage $stage"; overall=1 ;;
-  esac
-done
-
-collect_checks     # (when unit was not reached)
 
 # Nothing stays behind: the cluster molecule scenarios and the e2e share the local cloud.
 if [ -z "${DT_KEEP_CLOUD:-}" ] || [ "${DT_KEEP_CLOUD}" = 0 ]; then
@@ -146,11 +120,10 @@ fi
 
 echo
 echo "=== make test: wall time per stage"
-for stage in lint sanity unit molecule molecule-cloud molecule-roles e2e; do
-  [ -n "${TIMES[$stage]:-}" ] || continue
-  printf '  %-14s %6ss  %s\n' "$stage" "${TIMES[$stage]}" "${RESULTS[$stage]}"
-done
-[ $checks_beside_unit = 1 ] && echo "  (lint and sanity ran beside unit)"
-[ $parallel = 1 ] && echo "  (e2e ran beside molecule-roles)"
+while read -r name rc secs; do
+  [ "$rc" -eq 0 ] || overall=1
+  printf '  %-14s %6ss  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")"
+done <"$STATUS"
+[ $lanes = 1 ] && echo "  (three lanes at once: lint+sanity | molecule-cloud+e2e | unit+molecule-roles)"
 echo "  total          ${SECONDS}s"
 exit $overall
