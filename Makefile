@@ -14,14 +14,14 @@ export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export PATH := $(VENV)/bin:$(PATH)
 export DT_NODE_PYTHON ?= $(NODE_VENV)/bin/python
 
-.PHONY: help setup apt venv collection image wheelhouse runtime node-venv demo demo-down test lint clean
+.PHONY: help setup apt venv collection commands image wheelhouse runtime node-venv demo demo-down test lint clean
 
 help:
 	@echo "make demo   - install everything, start the local cloud, bootstrap, train, resize, summarise"
 	@echo "make test   - lint, unit and end-to-end tests (what CI runs)"
 	@echo "make setup | lint | demo-down | clean"
 
-setup: apt venv collection image wheelhouse runtime node-venv
+setup: apt venv collection commands image wheelhouse runtime node-venv
 
 # System packages, installed only when one is missing (idempotent, no root-less sudo games).
 apt:
@@ -42,6 +42,11 @@ $(VENV)/.stamp: requirements.txt constraints.txt
 collection:
 	@mkdir -p .collections/ansible_collections/dynatrain
 	@ln -sfn $(ROOT) .collections/ansible_collections/dynatrain/elastic
+
+# ansible-playbook & co. in a plain shell (no `source .venv/bin/activate`): /usr/local/bin scripts that
+# run the checkout's .venv, where no other command of the name exists (scripts/install_commands.sh).
+commands: venv
+	@bash scripts/install_commands.sh
 
 image: venv
 	$(LC) build-image
