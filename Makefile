@@ -64,7 +64,7 @@ wheelhouse-torch: venv
 # The node runtime wheel (runtime/build.py; rebuilt when its sources change), put in
 # the wheelhouse the nodes install from and into the controller venv (its pure parts
 # are unit-tested there).
-RUNTIME_SRC := $(shell find runtime -name '*.py' -o -name pyproject.toml) plugins/module_utils/host_worker_file.py galaxy.yml
+RUNTIME_SRC := $(shell find runtime -name '*.py' -o -name pyproject.toml) plugins/module_utils/shared_volume.py galaxy.yml
 runtime: $(STATE)/runtime.stamp
 $(STATE)/runtime.stamp: $(RUNTIME_SRC) $(VENV)/.stamp
 	$(PY) runtime/build.py --out $(WHEELHOUSE)

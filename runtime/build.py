@@ -1,8 +1,8 @@
 """Build the node runtime wheel: ``python runtime/build.py --out DIR``.
 
 The wheel is built from a temporary copy of ``runtime/`` to which two files are added:
-``host_worker_file.py`` -- the collection's ``plugins/module_utils/host_worker_file.py``,
-the one home of the host_worker formats, copied unchanged -- and ``_version.py``:
+``shared_volume.py`` -- the collection's ``plugins/module_utils/shared_volume.py``,
+the shared volume's one contract, copied unchanged -- and ``_version.py``:
 the collection version plus a digest of the sources (``0.1.0+g1a2b3c4d5e``), so a node
 reinstalls exactly when the code changed.  Older ``dynatrain_runtime-*.whl`` in DIR
 are removed.  Needs setuptools >= 77 in the running Python (no network).
@@ -22,7 +22,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FORMAT_SRC = os.path.join(ROOT, "plugins", "module_utils", "host_worker_file.py")
+FORMAT_SRC = os.path.join(ROOT, "plugins", "module_utils", "shared_volume.py")
 PACKAGE = "dynatrain_runtime"
 
 
@@ -56,7 +56,7 @@ def stage(tmp, ver):
     pkg = os.path.join(src, PACKAGE)
     with open(FORMAT_SRC) as handle:
         fmt = handle.read()
-    with open(os.path.join(pkg, "host_worker_file.py"), "w") as handle:
+    with open(os.path.join(pkg, "shared_volume.py"), "w") as handle:
         handle.write(fmt)   # byte-identical: the launcher role verifies it
     with open(os.path.join(pkg, "_version.py"), "w") as handle:
         handle.write(f'__version__ = "{ver}"\n')

@@ -30,27 +30,12 @@ PY = sys.executable
 # The collection's readers of the shared volume's files (`make collection` links
 # .collections/ansible_collections/dynatrain/elastic to this checkout).
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
-from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (  # noqa: E402
-    HostWorkerError, parse_hosts, read_log_since)
-from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (  # noqa: E402
-    JobStatusError, parse_status)
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import (  # noqa: E402
+    HostWorkerError, JobStatusError, parse_events, parse_hosts, parse_status, read_log_since)
 
 
 class DemoError(RuntimeError):
     pass
-
-
-def parse_events(lines):
-    """events.jsonl lines as dicts (a line that does not parse, e.g. one still being written, is skipped)."""
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def read_lines_since(path, offset):
@@ -104,7 +89,7 @@ class Follower(threading.Thread):
         """Print what was appended since the last poll."""
         lines, self.events_offset = read_lines_since(os.path.join(self.efs_dir, "events.jsonl"),
                                                      self.events_offset)
-        for event in parse_events(lines):
+        for event in parse_events("\n".join(lines))[0]:
             if event.get("event") == "epoch":
                 self.say(epoch_line(event))
         entries, self.log_offset, _bad = read_log_since(os.path.join(self.efs_dir, "host_worker_log"),
@@ -278,7 +263,7 @@ class Demo:
 
     def events(self):
         """events.jsonl as a list of dicts (a line still being written is skipped)."""
-        return parse_events(self.read("events.jsonl").splitlines())
+        return parse_events(self.read("events.jsonl"))[0]
 
     def final(self):
         try:

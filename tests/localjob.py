@@ -3,34 +3,30 @@ the shared directory and the processes it started for a host.  One home for the 
 (``tests/unit/runtime``) and the benchmarks (``benchmarks/``), which find it on ``sys.path``.
 """
 
-import json
 import os
+
+from dynatrain_runtime import shared_volume       # the volume's one contract (make runtime installs it)
 
 
 def write_hosts(efs, hosts):
-    """``host_worker`` with these hosts, replaced atomically (as the host_worker module writes it)."""
-    path = os.path.join(str(efs), "host_worker")
-    with open(path + ".tmp", "w") as handle:
-        handle.write("".join(h + "\n" for h in hosts))
-    os.rename(path + ".tmp", path)
+    """``host_worker`` with these hosts (the last one the master), written as the host_worker module does."""
+    files = shared_volume.JobFiles(str(efs))
+    with shared_volume.locked(files.host_worker):
+        shared_volume.write_hosts(files.host_worker, hosts)
 
 
 def log_lines(efs):
-    """``host_worker_log``'s lines, split in words ([] before there is one)."""
+    """``host_worker_log``'s lines, split in words ([] before there is one; a malformed line as it is)."""
     try:
-        with open(os.path.join(str(efs), "host_worker_log")) as handle:
+        with open(shared_volume.JobFiles(str(efs)).log) as handle:
             return [line.split() for line in handle if line.strip()]
     except OSError:
         return []
 
 
 def events(efs):
-    """``events.jsonl``'s records ([] before there is one)."""
-    try:
-        with open(os.path.join(str(efs), "events.jsonl")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except OSError:
-        return []
+    """``events.jsonl``'s records ([] before there is one; a line still being written is left out)."""
+    return shared_volume.read_events(shared_volume.JobFiles(str(efs)).events)[0]
 
 
 def host_pids(efs, host, command_has=None):

@@ -34,6 +34,7 @@ NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, write_hosts  # noqa: E402  (the benchmarks use them as br.*)
+from dynatrain_runtime import shared_volume  # noqa: E402
 
 
 class RunFailed(SystemExit):
@@ -52,14 +53,8 @@ def wait(pred, timeout, what):
 
 def wait_spares(efs, timeout=40.0):
     """Wait (bounded) until the launcher reports all its pre-warmed spares ready."""
-    def ready():
-        try:
-            st = json.load(open(os.path.join(efs, "status.json")))
-        except (OSError, ValueError):
-            return False
-        return st.get("spares_wanted") and st.get("spares_ready", 0) >= st["spares_wanted"]
     deadline = time.time() + timeout
-    while time.time() < deadline and not ready():
+    while time.time() < deadline and not spares_ready(efs):
         time.sleep(0.2)
     time.sleep(0.5)
 
@@ -84,20 +79,12 @@ def stop(proc):
 
 
 def write_warm_request(efs, ip):
-    """What add_workers does before its host_worker edit (``control/warm/<ip>.json``, jobfiles)."""
-    path = os.path.join(efs, "control", "warm")
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, ip + ".json.tmp"), "w") as handle:
-        json.dump({"ip": ip, "time": time.time(), "ttl": 900}, handle)
-    os.rename(os.path.join(path, ip + ".json.tmp"), os.path.join(path, ip + ".json"))
+    """What add_workers does before its host_worker edit (the host_worker module's ``warm``)."""
+    shared_volume.write_warm_request(shared_volume.JobFiles(efs), ip, reason="benchmark")
 
 
 def joiner_warm(efs, ip):
-    try:
-        with open(os.path.join(efs, "status.json")) as handle:
-            return ip in (json.load(handle).get("joiners_warm") or [])
-    except (OSError, ValueError):
-        return False
+    return ip in ((shared_volume.read_json(shared_volume.JobFiles(efs).status) or {}).get("joiners_warm") or [])
 
 
 def resize_latencies(py, data, resize_at, n, port_base, step_sleep, warm_request=False):
@@ -141,11 +128,7 @@ def resize_latencies(py, data, resize_at, n, port_base, step_sleep, warm_request
 
 def spares_ready(efs):
     """True once the launcher reports all its pre-warmed spares ready (status.json)."""
-    try:
-        with open(os.path.join(efs, "status.json")) as handle:
-            st = json.load(handle)
-    except (OSError, ValueError):
-        return False
+    st = shared_volume.read_json(shared_volume.JobFiles(efs).status) or {}
     return bool(st.get("spares_wanted")) and st.get("spares_ready", 0) >= st["spares_wanted"]
 
 

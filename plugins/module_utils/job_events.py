@@ -4,7 +4,7 @@
 """The controller side's one reader of the job's ``events.jsonl``, and the timeline it tells.
 
 The launcher and rank 0 of the training script append one JSON object per line to
-``<EFS_MOUNT>/events.jsonl`` (node side: ``dynatrain_runtime.jobfiles.append_jsonl``).
+``<EFS_MOUNT>/events.jsonl`` (``shared_volume``: its reader and writers, node side too).
 Every record has ``event``, ``time`` (epoch seconds) and ``source`` (``launcher`` or
 ``train``). The kinds the timeline uses:
 
@@ -22,57 +22,15 @@ Used by ``dynatrain.elastic.job_info`` (which returns the records) and by
 
 from __future__ import annotations
 
-import json
-import os
-
-EVENTS_FILE = "events.jsonl"
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import is_number
 
 
 class JobEventsError(ValueError):
     """There is nothing to show: the message says which file and why."""
 
 
-def events_path(efs_mount: str) -> str:
-    return os.path.join(efs_mount, EVENTS_FILE)
-
-
-def parse_events(text: str) -> tuple[list[dict], list[int]]:
-    """(records, numbers of the lines that are not a JSON object with ``event`` and ``time``).
-
-    A bad line does not hide the others; the last line may be half-written while
-    the launcher appends, which is why this is lenient rather than strict.
-    """
-    records, bad = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            bad.append(number)
-            continue
-        if not isinstance(record, dict) or "event" not in record or not _is_number(record.get("time")):
-            bad.append(number)
-            continue
-        records.append(record)
-    return records, bad
-
-
-def read_events(path: str) -> tuple[list[dict], list[int]]:
-    """Read ``events.jsonl``; a missing file is no records (no job has started)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_events(handle.read())
-    except FileNotFoundError:
-        return [], []
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _world_of(record: dict, members_key: str, world_key: str):
-    if _is_number(record.get(world_key)):
+    if is_number(record.get(world_key)):
         return int(record[world_key])
     members = record.get(members_key)
     return len(members) if isinstance(members, list) else None
@@ -89,7 +47,7 @@ def timeline(events: list[dict]) -> dict:
     other drain requests) and ``final_val_acc``.
     Raises JobEventsError when ``events`` holds no record.
     """
-    records = sorted((e for e in events if isinstance(e, dict) and _is_number(e.get("time"))),
+    records = sorted((e for e in events if isinstance(e, dict) and is_number(e.get("time"))),
                      key=lambda e: e["time"])
     if not records:
         raise JobEventsError("there are no events: the job has not started (events.jsonl is missing or empty)")
@@ -118,11 +76,11 @@ def timeline(events: list[dict]) -> dict:
                 open_resizes.pop(0)["end"] = t
         elif kind == "epoch" and rec.get("source", "train") == "train":
             out["epochs"].append({"t": t, "epoch": rec.get("epoch"), "step": rec.get("step"), "world": rec.get("world"),
-                                  "samples_per_s": rec.get("samples_per_s") if _is_number(rec.get("samples_per_s")) else None,
-                                  "val_acc": rec.get("val_acc") if _is_number(rec.get("val_acc")) else None})
-            if _is_number(rec.get("val_acc")):
+                                  "samples_per_s": rec.get("samples_per_s") if is_number(rec.get("samples_per_s")) else None,
+                                  "val_acc": rec.get("val_acc") if is_number(rec.get("val_acc")) else None})
+            if is_number(rec.get("val_acc")):
                 out["final_val_acc"] = rec["val_acc"]
-        elif kind == "train_end" and _is_number(rec.get("val_acc")):
+        elif kind == "train_end" and is_number(rec.get("val_acc")):
             out["final_val_acc"] = rec["val_acc"]
         elif kind == "worker_failed":
             out["failures"].append({"t": t, "ip": rec.get("ip"), "reason": rec.get("reason")})

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: dynatrain.elastic contributors
 # Apache License 2.0 (see LICENSE)
-"""The controller side's one reader of the launcher's ``status.json``.
+"""What the controller decides from the launcher's ``status.json``: is the job running, finished,
+how old is its status and its last checkpoint.
 
-The launcher (on the master) writes ``<EFS_MOUNT>/status.json`` atomically,
-a JSON object with the keys ``state`` (one of ``STATES``), ``pid``,
-``updated`` (epoch seconds), ``master``, ``membership``, ``world_size``,
-``generation``, ``epoch``, ``step``, ``samples_per_s``, ``last_checkpoint``,
-``host_worker_error``, ``resize_at``, ``spares_ready``, ``spares_wanted`` and ``engine``
-(``mxnet`` or ``torch``; absent from the status of a launcher older than the engine seam).
+The file, its keys and its reader have their home in ``shared_volume`` (``STATES``,
+``parse_status``, ``read_status``): ``state``, ``pid``, ``updated`` (epoch seconds), ``master``,
+``membership``, ``world_size``, ``generation``, ``epoch``, ``step``, ``samples_per_s``,
+``last_checkpoint``, ``host_worker_error``, ``resize_at``, ``spares_ready``, ``spares_wanted`` and
+``engine`` (``mxnet`` or ``torch``; absent from the status of a launcher older than the engine seam).
 
 Used by the ``dynatrain.elastic.job_info`` module (run on the master, so that
 the age of the status is measured with the clock that wrote it) and by the
@@ -17,51 +17,16 @@ controller-side tools. Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
-STATUS_FILE = "status.json"
-# The launcher's default checkpoint directory under the shared volume, and the names in it
-# (the node side's dynatrain_runtime.checkpoint: ckpt-<step>/ with meta.json written last).
-CHECKPOINT_DIR = "checkpoints"
-CHECKPOINT_PREFIX = "ckpt-"
-CHECKPOINT_META = "meta.json"
-STATES = ("starting", "running", "resizing", "stopped", "finished", "failed")
-# States in which the launcher applies host_worker changes.
-ACTIVE_STATES = ("starting", "running", "resizing")
-# A status written longer ago than this means the launcher is gone or stuck.
-STALE_AFTER_S = 60.0
-
-
-class JobStatusError(ValueError):
-    """status.json exists but is not a JSON object; the message says which file."""
-
-
-def parse_status(text: str, source: str = STATUS_FILE) -> dict:
-    """Parse status.json content; an empty text is an empty status."""
-    if not text.strip():
-        return {}
-    try:
-        status = json.loads(text)
-    except ValueError as exc:
-        raise JobStatusError(f"{source} is not valid JSON ({exc})") from None
-    if not isinstance(status, dict):
-        raise JobStatusError(f"{source} holds a JSON {type(status).__name__}, not an object")
-    return status
-
-
-def read_status(path: str) -> dict:
-    """Read and parse status.json; a missing file is an empty status ({})."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_status(handle.read(), source=path)
-    except FileNotFoundError:
-        return {}
-
-
-def status_path(efs_mount: str) -> str:
-    return os.path.join(efs_mount, STATUS_FILE)
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import (
+    ACTIVE_STATES,
+    CHECKPOINT_DIR,
+    CHECKPOINT_META,
+    CHECKPOINT_PREFIX,
+    STALE_AFTER_S,
+)
 
 
 def status_age(status: dict, now: float | None = None) -> float | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import is_number
+
 NODE_VARS = ("dt_private_ip", "dt_role", "dt_state", "dt_status", "dt_lifecycle", "dt_instance_id")
 COLUMNS = ("NODE", "ROLE", "EC2", "STATUS", "MARKET", "IN JOB", "LAST EVENT", "INSTANCE")
 
@@ -80,7 +82,7 @@ def job_line(job: dict | None) -> str:
     state = _text(job.get("state") or status.get("state"), empty="unknown")
     if not job.get("running") and state in ("starting", "running", "resizing"):
         # The launcher said it was running but has not written for a while: gone or stuck.
-        silent = duration(job["age_s"]) if _is_number(job.get("age_s")) else "a while"
+        silent = duration(job["age_s"]) if is_number(job.get("age_s")) else "a while"
         state = f"{state}? (no update for {silent})"
     engine = status.get("engine")
     parts = [
@@ -88,7 +90,7 @@ def job_line(job: dict | None) -> str:
         *([f"engine {engine}"] if isinstance(engine, str) and engine else []),
         f"epoch {_text(status.get('epoch'))} step {_text(status.get('step'))}",
         f"world {_text(status.get('world_size'))}",
-        f"{float(status['samples_per_s']):.1f} samples/s" if _is_number(status.get("samples_per_s"))
+        f"{float(status['samples_per_s']):.1f} samples/s" if is_number(status.get("samples_per_s"))
         else "- samples/s",
         f"checkpoint {ago(job.get('checkpoint_age_s'))}" if job.get("checkpoint_age_s") is not None
         else "no checkpoint",
@@ -103,14 +105,10 @@ def s3_line(job: dict | None) -> str | None:
         return None
     parts = [f"checkpoints in S3: {_text(copy.get('url'))}",
              f"step {_text(copy.get('last_step'))} copied {ago(job.get('s3_copy_age_s'))}"
-             if _is_number(job.get("s3_copy_age_s")) else "nothing copied yet"]
+             if is_number(job.get("s3_copy_age_s")) else "nothing copied yet"]
     if copy.get("error"):
         parts.append(f"last pass failed: {copy['error']}")
     return "  ".join(parts)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def format_table(rows: list[tuple], header: tuple = COLUMNS) -> list[str]:

@@ -22,9 +22,9 @@ import sys
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_events import (
     JobEventsError,
-    read_events,
     timeline,
 )
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import read_events
 
 WIDTH_IN, HEIGHT_IN, DPI = 12.0, 8.0, 100
 COLORS = {"world": "#1f4e79", "rate": "#2e7d32", "acc": "#6a1b9a", "resize": "#f0a500",

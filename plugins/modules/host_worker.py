@@ -131,6 +131,16 @@ options:
       - Seconds to wait for the exclusive lock on C(host_worker.lock).
     type: float
     default: 30
+  warm:
+    description:
+      - With O(state=present), first ask the launcher to warm every host the edit adds (the master
+        excepted) with a request C(control/warm/<ip>.json) beside O(path). The launcher then
+        starts the host's worker process at once (the engine imported, the data loaded), so the
+        resize that the edit causes finds it ready. The launcher deletes a request once its host
+        is a member, or 900 s after it first saw it when the host never joined.
+      - Nothing is written in check mode, or when the edit adds nothing.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -270,6 +280,12 @@ settled:
   returned: always
   type: bool
   sample: false
+warmed:
+  description: Hosts whose warm request was written (O(warm=true)).
+  returned: always
+  type: list
+  elements: str
+  sample: ["172.31.70.11"]
 confirmed:
   description: Hosts whose change the launcher confirmed so far (when waiting).
   returned: always
@@ -305,8 +321,10 @@ import time
 from dataclasses import dataclass
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import (
     HostWorkerError,
+    LAUNCHER_LOG,
+    JobFiles,
     atomic_write,
     default_log_path,
     edit_hosts_text,
@@ -315,6 +333,7 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file
     parse_hosts,
     read_log_since,
     validate_ip,
+    write_warm_request,
 )
 
 POLL_INTERVAL = 0.2  # s between reads of host_worker_log while waiting for the launcher (a small file)
@@ -415,6 +434,7 @@ class Request:
     lock_timeout: float
     confirm: Pending | None = None
     poll: float = 0.0
+    warm: bool = False
 
     @classmethod
     def from_params(cls, params):
@@ -424,7 +444,7 @@ class Request:
         return cls(
             path=path,
             log_path=params.get("log_path") or default_log_path(path),
-            launcher_log=params.get("launcher_log") or os.path.join(directory, "logs", "launcher.log"),
+            launcher_log=params.get("launcher_log") or os.path.join(directory, LAUNCHER_LOG),
             state=params.get("state") or "present",
             hosts=_unique(validate_ip(h) for h in (params.get("hosts") or [])),
             protected=frozenset(validate_ip(h) for h in (params.get("protected") or [])),
@@ -435,6 +455,7 @@ class Request:
             lock_timeout=_number(params, "lock_timeout", DEFAULT_LOCK_TIMEOUT),
             confirm=Pending.from_option(params.get("confirm")),
             poll=_number(params, "poll", 0.0),
+            warm=bool(params.get("warm")),
         )
 
     @property
@@ -677,7 +698,7 @@ def launcher_status(launcher_log, log_path, now):
 def empty_result():
     """The result before anything is known: what a failure in validation returns."""
     return dict(changed=False, hosts=[], master=None, added=[], removed=[], events=[], unconfirmed=[],
-                waited_s=0.0, confirm=None, settled=True, confirmed=[], pending=[], seconds_left=None)
+                waited_s=0.0, confirm=None, settled=True, confirmed=[], pending=[], seconds_left=None, warmed=[])
 
 
 def edit_result(request, edit, diff_mode=False):
@@ -755,6 +776,8 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
     if request.confirm is not None:
         result.update(current_hosts(request, result))
         return await_confirmation(request, request.confirm, result, **waiting)
+    if request.warm and request.state == "present" and not check_mode:
+        result["warmed"] = warm_joiners(request, edit_or_fail(request, True, result), result)
     edit = edit_or_fail(request, check_mode, result)
     result.update(edit_result(request, edit, diff_mode))
     changed = edit.changed and not check_mode
@@ -764,6 +787,20 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
     if not request.wait or not changed:
         return result
     return await_confirmation(request, pending, result, **waiting)
+
+
+def warm_joiners(request, preview, result):
+    """Write the warm request of every host ``preview`` (the edit, planned) adds but the master."""
+    files = JobFiles(request.directory)
+    master = (parse_hosts(preview.after or "", source=request.path) or [None])[-1]   # the last address
+    hosts = [h for h in preview.added if h != master]
+    try:
+        for host in hosts:
+            write_warm_request(files, host, reason="add_workers")
+    except OSError as exc:
+        raise HostWorkerFailure(f"cannot write the warm request of {host} under {files.control}: {exc}; "
+                                "host_worker was not changed", **result) from None
+    return hosts
 
 
 def current_hosts(request, result):
@@ -821,6 +858,7 @@ def main():
             lock_timeout=dict(type="float", default=DEFAULT_LOCK_TIMEOUT),
             confirm=dict(type="dict"),
             poll=dict(type="float", default=0.0),
+            warm=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -231,25 +231,22 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dynatrain.elastic.plugins.module_utils.host_worker_file import (
-    HostWorkerError,
-    format_log_line,
-    read_hosts,
-    read_log,
-    read_log_since,
-)
-from ansible_collections.dynatrain.elastic.plugins.module_utils.job_events import (
-    events_path,
-    read_events,
-)
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_status import (
-    JobStatusError,
     checkpoint_age,
     job_engine,
     latest_checkpoint,
-    read_status,
-    status_path,
     summarize,
+)
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import (
+    HostWorkerError,
+    JobFiles,
+    JobStatusError,
+    format_log_line,
+    read_events,
+    read_hosts,
+    read_log,
+    read_log_since,
+    read_status,
 )
 
 
@@ -312,13 +309,14 @@ def run(params: dict, now: float | None = None) -> dict:
             f"{root} is not a directory: is the shared volume mounted on this host (EFS_MOUNT)?"
         )
     now = time.time() if now is None else now
-    hosts, host_worker_error = read_membership(os.path.join(root, "host_worker"))
-    entries, log_error = read_log_entries(os.path.join(root, "host_worker_log"))
+    files = JobFiles(root)
+    hosts, host_worker_error = read_membership(files.host_worker)
+    entries, log_error = read_log_entries(files.log)
     log = entries[-params["log_entries"]:] if params["log_entries"] > 0 else []
-    status, status_error = read_job_status(status_path(root))
-    events, events_bad = read_events(events_path(root)) if params.get("events") else ([], [])
+    status, status_error = read_job_status(files.status)
+    events, events_bad = read_events(files.events) if params.get("events") else ([], [])
     checkpoint = latest_checkpoint(status, root)
-    s3_copy = read_s3_copy(os.path.join(root, "control", "s3sync.json"))
+    s3_copy = read_s3_copy(files.s3sync_state)
     result = {
         "changed": False,
         "hosts": hosts,

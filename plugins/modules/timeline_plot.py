@@ -144,9 +144,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dynatrain.elastic.plugins.module_utils.job_events import (
     JobEventsError,
-    read_events,
     timeline,
 )
+from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import read_events
 from ansible_collections.dynatrain.elastic.plugins.module_utils.timeline_plot import (
     TimelinePlotError,
     render,

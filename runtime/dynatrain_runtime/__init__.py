@@ -3,8 +3,8 @@
 * ``Elastic`` -- the helper API a training script uses (rank, world size, its share of
   every global step, checkpoint/resume, stop at a boundary); see ``elastic``.
 * ``dynatrain_runtime.launcher`` -- the elastic launcher on the master (``dt-launcher``).
-* ``host_worker_file`` -- the host_worker / host_worker_log formats (the same code as
-  the collection's ``module_utils/host_worker_file.py``, copied in at build time).
+* ``shared_volume`` -- every path, format, reader and writer on the shared volume (the same
+  code as the collection's ``module_utils/shared_volume.py``, copied in at build time).
 * ``examples`` -- the digits data set and training script (``dt-prepare-digits``,
   ``dt-train-digits``).
 

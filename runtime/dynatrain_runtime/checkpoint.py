@@ -19,10 +19,10 @@ import sys
 import tempfile
 import time
 
-from .host_worker_file import fsync_directory
+from .shared_volume import CHECKPOINT_META, CHECKPOINT_PREFIX, fsync_directory
 
-CKPT_PREFIX = "ckpt-"
-META = "meta.json"
+CKPT_PREFIX = CHECKPOINT_PREFIX
+META = CHECKPOINT_META
 DIGESTS = "files"              # meta.json: {relative path: {"sha256": hex, "bytes": n}} of every other file
 TMP_PREFIX = f".tmp-{CKPT_PREFIX}"
 TRASH_PREFIX = ".trash-"

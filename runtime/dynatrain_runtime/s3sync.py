@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from .checkpoint import CKPT_PREFIX, CheckpointError, CheckpointStore, verify
-from .host_worker_file import fsync_directory
-from .jobfiles import JobFiles, read_json, write_json
+from .checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
+from .shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE, JobFiles,
+                            fsync_directory, read_json, write_json)
 
 SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
@@ -120,7 +120,7 @@ class Sync:
         self.files = JobFiles(efs, checkpoint_dir)
         self.keep = max(1, int(keep))
         self.s3 = client or make_client()
-        self.state_path = os.path.join(self.files.control, "s3sync.json")
+        self.state_path = self.files.s3sync_state
         old = read_json(self.state_path) or {}
         self.uploaded_bytes = int(old.get("uploaded_bytes", 0)) if old.get("url") == self.url else 0
         self.last_step, self.error, self.last_ok = None, None, None
@@ -152,10 +152,10 @@ class Sync:
         """Upload one committed checkpoint, meta.json last; ``None`` when it went away meanwhile."""
         name = os.path.basename(path)
         try:
-            with open(os.path.join(path, "meta.json"), "rb") as handle:
+            with open(os.path.join(path, META), "rb") as handle:
                 meta_bytes = handle.read()
             meta = json.loads(meta_bytes)
-            names = sorted(n for n in os.listdir(path) if n != "meta.json")
+            names = sorted(n for n in os.listdir(path) if n != META)
         except (OSError, ValueError):
             return None               # pruned (renamed to .trash-) between the listing and now
         try:
@@ -177,7 +177,7 @@ class Sync:
                     return None
                 raise
         self._check_stop()
-        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}checkpoints/{name}/meta.json",
+        self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}checkpoints/{name}/{META}",
                            Body=meta_bytes, ContentType="application/json", **SSE)
         self.uploaded_bytes += len(meta_bytes)
         return meta
@@ -217,7 +217,7 @@ class Sync:
                 if not (name.startswith(CKPT_PREFIX) and step.isdigit()):
                     continue
                 keys.setdefault(int(step), []).append(obj["Key"])
-                if leaf == "meta.json":
+                if leaf == META:
                     complete.add(int(step))
         kept = set(sorted(s for s in complete if s <= latest_step)[-self.keep:])
         # Steps above LATEST are left alone: only this process writes there, and never concurrently.
@@ -233,9 +233,8 @@ class Sync:
     def job_files(self):
         """(S3 key, local path, append-only lines?) of the job files copied when they change."""
         f = self.files
-        return [("host_worker_log", f.log, True), ("events.jsonl", f.events, True),
-                ("status.json", f.status, False), ("results/final.json", f.result, False),
-                ("logs/launcher.log", os.path.join(f.efs, "logs", "launcher.log"), True)]
+        return [(HOST_WORKER_LOG_FILE, f.log, True), (EVENTS_FILE, f.events, True),
+                (STATUS_FILE, f.status, False), (RESULT_FILE, f.result, False), (LAUNCHER_LOG, f.launcher_log, True)]
 
     def sync_files(self):
         for key, path, lines in self.job_files():
@@ -386,7 +385,7 @@ def restore(efs, url, checkpoint_dir=None, force=False, owner=None, client=None)
         final, changed = _download_checkpoint(s3, bucket, prefix + latest["checkpoint"], store, step, owner), True
     else:
         final = local[0]
-    for key, path in (("host_worker_log", files.log), ("events.jsonl", files.events)):
+    for key, path in ((HOST_WORKER_LOG_FILE, files.log), (EVENTS_FILE, files.events)):
         if (force and not have_ckpt) or not _has_content(path):   # SEQ and the event history continue
             changed = _download(s3, bucket, prefix + key, path, owner) or changed
     return {"changed": changed, "step": step if not have_ckpt else local_step, "checkpoint": final, "url": url}
@@ -397,16 +396,16 @@ def _download_checkpoint(s3, bucket, base, store, step, owner):
     leaves = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
         leaves += [o["Key"][len(base):] for o in page.get("Contents", [])]
-    if "meta.json" not in leaves:
+    if META not in leaves:
         raise RuntimeError(f"s3://{bucket}/{base} has no meta.json: not a complete checkpoint, refusing it")
     if any("/" in leaf or leaf in ("", ".", "..") for leaf in leaves):
         raise RuntimeError(f"s3://{bucket}/{base} holds nested or odd keys: not a checkpoint of this runtime")
     tmp = tempfile.mkdtemp(prefix=f".tmp-{CKPT_PREFIX}{step:010d}-", dir=store.directory)
     try:
-        for leaf in sorted(leaves, key=lambda n: n == "meta.json"):    # meta.json last
+        for leaf in sorted(leaves, key=lambda n: n == META):    # meta.json last
             if not _download(s3, bucket, base + leaf, os.path.join(tmp, leaf), owner):
                 raise RuntimeError(f"s3://{bucket}/{base}{leaf} vanished while restoring (pruned?): run it again")
-        with open(os.path.join(tmp, "meta.json")) as handle:
+        with open(os.path.join(tmp, META)) as handle:
             meta = json.load(handle)
         if meta.get("step", step) != step:
             raise RuntimeError(f"s3://{bucket}/{base}meta.json is not of step {step}, as LATEST.json says")

@@ -99,7 +99,7 @@ class JobConfig(object):
 
 def _runtime():
     """The product modules the harness uses (imported late: ``--code tree`` puts the tree first)."""
-    return (importlib.import_module("dynatrain_runtime.host_worker_file"),
+    return (importlib.import_module("dynatrain_runtime.shared_volume"),
             importlib.import_module("dynatrain_runtime.checkpoint"))
 
 
@@ -782,7 +782,7 @@ def _stall(job, rng, inj, hold):
 
 HOLDER = r"""
 import os, signal, sys
-from dynatrain_runtime import host_worker_file as hwf
+from dynatrain_runtime import shared_volume as hwf
 efs = sys.argv[1]
 with hwf.locked(os.path.join(efs, "host_worker")):
     with hwf.locked(os.path.join(efs, "host_worker_log")):
@@ -804,7 +804,7 @@ def fault_stall_lock(job, rng, inj):
 
 
 def fault_stall_lock_timeout(job, rng, inj):
-    """The same for 40 s: longer than the 30 s lock timeout of host_worker_file.locked."""
+    """The same for 40 s: longer than the 30 s lock timeout of shared_volume.locked."""
     _stall(job, rng, inj, 40.0)
 
 
@@ -1075,10 +1075,10 @@ def stage_code(kind, dest):
     """A runtime package to put first on the path: this working tree's (``tree``) or HEAD's (``head``).
 
     Assembled as runtime/build.py stages the wheel: the package plus the collection's
-    ``host_worker_file.py`` and a ``_version.py``.  Returns ``(directory, version)``.
+    ``shared_volume.py`` and a ``_version.py``.  Returns ``(directory, version)``.
     """
     pkg = os.path.join(dest, "dynatrain_runtime")
-    fmt = os.path.join("plugins", "module_utils", "host_worker_file.py")
+    fmt = os.path.join("plugins", "module_utils", "shared_volume.py")
     if kind == "tree":
         shutil.copytree(os.path.join(ROOT, "runtime", "dynatrain_runtime"), pkg,
                         ignore=shutil.ignore_patterns("__pycache__"))

@@ -56,7 +56,7 @@ def test_artifact_leaves_out_dev_tooling_and_local_state(members):
 
 def test_artifact_holds_the_collection(members):
     for path in ("MANIFEST.json", "FILES.json", "README.md", "meta/runtime.yml",
-                 "plugins/modules/host_worker.py", "plugins/module_utils/host_worker_file.py",
+                 "plugins/modules/host_worker.py", "plugins/module_utils/shared_volume.py",
                  "plugins/inventory/ec2_elastic.py", "playbooks", "roles", "docs",
                  "files/iam/README.md", "files/iam/controller-policy.json",
                  "files/iam/master-boundary-policy.json", "files/iam/dynatrain-reconcile-policy.json",

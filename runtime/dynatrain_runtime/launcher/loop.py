@@ -32,8 +32,8 @@ import traceback
 from ..checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
 from ..protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
                         stop_command)
-from ..jobfiles import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
-                        read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
+from ..shared_volume import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
+                             read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .metrics import Metrics, serve as serve_metrics

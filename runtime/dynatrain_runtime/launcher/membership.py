@@ -8,7 +8,7 @@ retried by the launcher's loop (``retry``) until it goes through.
 
 from __future__ import annotations
 
-from .. import host_worker_file as hwf
+from .. import shared_volume
 
 LOCK_TIMEOUT = 5.0      # s: the loop must keep watching its workers; a failed try is retried
 
@@ -31,14 +31,14 @@ class Membership:
 
     def _validate(self, text):
         path = self.files.host_worker
-        hosts = hwf.parse_hosts(text, source=path)
+        hosts = shared_volume.parse_hosts(text, source=path)
         if not hosts:
-            raise hwf.HostWorkerError(f"{path} lists no workers")
+            raise shared_volume.HostWorkerError(f"{path} lists no workers")
         if self.master is not None and self.master not in hosts:
-            raise hwf.HostWorkerError(f"{path} no longer lists the master {self.master}; "
-                                      "the master cannot be removed")
+            raise shared_volume.HostWorkerError(f"{path} no longer lists the master {self.master}; "
+                                                "the master cannot be removed")
         if self.master is not None and hosts[-1] != self.master:
-            raise hwf.HostWorkerError(f"{path} must list the master {self.master} last")
+            raise shared_volume.HostWorkerError(f"{path} must list the master {self.master} last")
         return hosts
 
     def read(self):
@@ -56,7 +56,7 @@ class Membership:
         if text is not None:
             try:
                 hosts = self._validate(text)
-            except hwf.HostWorkerError as exc:
+            except shared_volume.HostWorkerError as exc:
                 err = str(exc)
         if err is not None:
             self._report_error(err)
@@ -79,14 +79,14 @@ class Membership:
     def master_from_file(self):
         """The last address of host_worker (the master), or None."""
         try:
-            hosts = hwf.read_hosts(self.files.host_worker)
-        except hwf.HostWorkerError:
+            hosts = shared_volume.read_hosts(self.files.host_worker)
+        except shared_volume.HostWorkerError:
             hosts = []
         return hosts[-1] if hosts else None
 
     def logged_members(self):
         """Hosts whose last host_worker_log event is ADDED (malformed and torn lines are skipped)."""
-        entries, bad, _torn = hwf.scan_log(self.files.log)
+        entries, bad, _torn = shared_volume.scan_log(self.files.log)
         self._warn_log("malformed", bad)
         last = {}
         for _seq, ev, ip, _ns in entries:
@@ -108,7 +108,7 @@ class Membership:
         self.records.event("host_worker_log_warning", kind=kind, lines=new, path=self.files.log)
 
     def _append(self, event, ip, **fields):
-        line = hwf.append_log(self.files.log, event, ip, warn=self._warn_log, timeout=LOCK_TIMEOUT)
+        line = shared_volume.append_log(self.files.log, event, ip, warn=self._warn_log, timeout=LOCK_TIMEOUT)
         self.records.out(f"host_worker_log: {line}")
         self.records.event("host_worker_log", line=line, log_event=event, ip=ip, seq=int(line.split()[0]),
                            **fields)
@@ -138,7 +138,7 @@ class Membership:
             event, ip, fields = self.queued[0]
             try:
                 self._append(event, ip, **fields)
-            except (OSError, hwf.HostWorkerError) as exc:      # a lock timeout is a HostWorkerError
+            except (OSError, shared_volume.HostWorkerError) as exc:      # a lock timeout is a HostWorkerError
                 self._log_failed(exc)
                 return False
             self.queued.pop(0)
@@ -165,7 +165,7 @@ class Membership:
             for ip in membership:
                 if ip not in logged:
                     self._append("ADDED", ip)
-        except (OSError, hwf.HostWorkerError) as exc:
+        except (OSError, shared_volume.HostWorkerError) as exc:
             self._log_failed(exc)
             return removed
         self.unconfirmed = None
@@ -185,12 +185,12 @@ class Membership:
     def _drop_pending(self):
         path = self.files.host_worker
         try:
-            with hwf.locked(path, timeout=LOCK_TIMEOUT):
-                hosts = hwf.read_hosts(path)
+            with shared_volume.locked(path, timeout=LOCK_TIMEOUT):
+                hosts = shared_volume.read_hosts(path)
                 keep = [h for h in hosts if h not in self.pending_drop]
                 if keep != hosts:
-                    hwf.write_hosts(path, keep, master=self.master)
-        except (OSError, hwf.HostWorkerError) as exc:
+                    shared_volume.write_hosts(path, keep, master=self.master)
+        except (OSError, shared_volume.HostWorkerError) as exc:
             self.records.out(f"ERROR cannot remove {sorted(self.pending_drop)} from {path}: {exc}; retrying")
             self.records.event("host_worker_drop_error", hosts=sorted(self.pending_drop), error=str(exc))
             return False

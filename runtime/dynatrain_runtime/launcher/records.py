@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from ..jobfiles import append_jsonl, write_json
+from ..shared_volume import append_jsonl, write_json
 
 
 class Records:

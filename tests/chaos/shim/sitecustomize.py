@@ -15,7 +15,7 @@ trigger file in that directory:
                    and the rename, with ``ckpt_writing.<pid>`` (JSON: pid, ip, step) present
                    meanwhile: the campaign kills the launcher or the writer right there.
 ``append_tear``    (consumed by the first append) the launcher's next ``host_worker_log`` append
-                   (``host_worker_file.append_log``) writes half of its line, fsyncs it, creates
+                   (``shared_volume.append_log``) writes half of its line, fsyncs it, creates
                    ``appending.<pid>`` and waits 60 s: the campaign SIGKILLs the launcher there,
                    leaving a torn last line as a crash mid-append does.
 
@@ -149,7 +149,7 @@ class _TearingFile(object):
         return self._handle.__exit__(*exc)
 
 
-def _patch_host_worker_file(mod):
+def _patch_shared_volume(mod):
     orig = getattr(mod, "append_log", None)
     if orig is None:
         return
@@ -166,7 +166,7 @@ def _patch_host_worker_file(mod):
                 return _TearingFile(handle)
             return handle
 
-        mod.open = tearing_open        # module global: shadows the builtin inside host_worker_file only
+        mod.open = tearing_open        # module global: shadows the builtin inside shared_volume only
         try:
             return orig(log_path, *args, **kwargs)
         finally:
@@ -176,7 +176,7 @@ def _patch_host_worker_file(mod):
 
 
 _PATCHES = {"dynatrain_runtime.checkpoint": _patch_checkpoint,
-            "dynatrain_runtime.host_worker_file": _patch_host_worker_file}
+            "dynatrain_runtime.shared_volume": _patch_shared_volume}
 
 
 class _Loader(importlib.abc.Loader):

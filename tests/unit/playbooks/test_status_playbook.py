@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.dynatrain.elastic.plugins.module_utils import host_worker_file as hwf
+from ansible_collections.dynatrain.elastic.plugins.module_utils import shared_volume as hwf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, "playbooks", "status.yml")

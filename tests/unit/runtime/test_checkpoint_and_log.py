@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from dynatrain_runtime import checkpoint as d
-from dynatrain_runtime import jobfiles
+from dynatrain_runtime import shared_volume
 from dynatrain_runtime.launcher import loop, parse_args
 
 
@@ -76,15 +76,15 @@ def test_same_step_is_not_rewritten(tmp_path):
 
 
 def test_stop_request_roundtrip(tmp_path):
-    files = jobfiles.JobFiles(str(tmp_path))
-    assert jobfiles.read_stop_request(files) is None
-    jobfiles.write_stop_request(files, 7, "resize", at="epoch")
-    req = jobfiles.read_stop_request(files)
+    files = shared_volume.JobFiles(str(tmp_path))
+    assert shared_volume.read_stop_request(files) is None
+    shared_volume.write_stop_request(files, 7, "resize", at="epoch")
+    req = shared_volume.read_stop_request(files)
     assert req["generation"] == 7 and req["at"] == "epoch"
     assert files.stop_request == os.path.join(str(tmp_path), "control", "stop.json")
-    jobfiles.clear_stop_request(files)
-    jobfiles.clear_stop_request(files)
-    assert jobfiles.read_stop_request(files) is None
+    shared_volume.clear_stop_request(files)
+    shared_volume.clear_stop_request(files)
+    assert shared_volume.read_stop_request(files) is None
 
 
 def make_launcher(efs, master="127.0.0.1"):
@@ -161,14 +161,14 @@ def test_ssh_command_is_strict_and_has_no_secrets(tmp_path):
 def test_background_appender_keeps_the_order_and_flush_waits(tmp_path, monkeypatch):
     path = str(tmp_path / "events.jsonl")
     gate = threading.Event()
-    real = jobfiles.append_jsonl
+    real = shared_volume.append_jsonl
 
     def slow_append(p, record):          # the shared volume's lock + fsync, held until the test lets go
         gate.wait(5)
         real(p, record)
 
-    monkeypatch.setattr(jobfiles, "append_jsonl", slow_append)
-    appender = jobfiles.BackgroundAppender(path)
+    monkeypatch.setattr(shared_volume, "append_jsonl", slow_append)
+    appender = shared_volume.BackgroundAppender(path)
     for i in range(50):
         appender.put({"event": "epoch", "epoch": i})      # returns at once: the writer waits on the gate
     assert not os.path.exists(path)
@@ -179,7 +179,7 @@ def test_background_appender_keeps_the_order_and_flush_waits(tmp_path, monkeypat
 
 
 def test_background_appender_reports_a_failed_append(tmp_path, capsys):
-    appender = jobfiles.BackgroundAppender(str(tmp_path / "missing-dir" / "events.jsonl"))
+    appender = shared_volume.BackgroundAppender(str(tmp_path / "missing-dir" / "events.jsonl"))
     appender.put({"event": "epoch"})
     appender.flush()                     # an error does not hang flush
     assert "cannot append to" in capsys.readouterr().err

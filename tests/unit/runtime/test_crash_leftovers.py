@@ -20,8 +20,8 @@ import time
 import pytest
 
 from dynatrain_runtime import checkpoint as ck
-from dynatrain_runtime import jobfiles
-from dynatrain_runtime import host_worker_file as hwf
+from dynatrain_runtime import shared_volume
+from dynatrain_runtime import shared_volume as hwf
 from dynatrain_runtime.launcher import loop, membership, parse_args
 from dynatrain_runtime.launcher.generation import Generation
 from dynatrain_runtime.protocol import EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER
@@ -293,7 +293,7 @@ def run_bounded(fn, timeout=10):
 
 def test_events_writer_survives_a_lock_timeout_and_reports_it(tmp_path, monkeypatch, capsys):
     path = str(tmp_path / "events.jsonl")
-    real = jobfiles.append_jsonl
+    real = shared_volume.append_jsonl
     calls = []
 
     def flaky(p, record):
@@ -301,8 +301,8 @@ def test_events_writer_survives_a_lock_timeout_and_reports_it(tmp_path, monkeypa
         if len(calls) == 1:
             raise hwf.HostWorkerError(f"could not lock {p}.lock within 30 s: another writer holds it")
         real(p, record)
-    monkeypatch.setattr(jobfiles, "append_jsonl", flaky)
-    appender = jobfiles.BackgroundAppender(path)
+    monkeypatch.setattr(shared_volume, "append_jsonl", flaky)
+    appender = shared_volume.BackgroundAppender(path)
     appender.put({"event": "epoch", "epoch": 0})
     appender.put({"event": "epoch", "epoch": 1})
     assert run_bounded(appender.flush) is True                   # (hung forever before: the thread was dead)
@@ -312,7 +312,7 @@ def test_events_writer_survives_a_lock_timeout_and_reports_it(tmp_path, monkeypa
 
 
 def test_events_record_is_checked_when_put(tmp_path):
-    appender = jobfiles.BackgroundAppender(str(tmp_path / "events.jsonl"))
+    appender = shared_volume.BackgroundAppender(str(tmp_path / "events.jsonl"))
     with pytest.raises(TypeError, match="not JSON-serialisable"):
         appender.put({"event": "epoch", "loss": object()})
     appender.put({"event": "epoch", "loss": 0.5})
@@ -321,8 +321,8 @@ def test_events_record_is_checked_when_put(tmp_path):
 
 def test_events_flush_is_bounded(tmp_path, monkeypatch, capsys):
     gate = threading.Event()
-    monkeypatch.setattr(jobfiles, "append_jsonl", lambda p, record: gate.wait(10))   # a stalled volume
-    appender = jobfiles.BackgroundAppender(str(tmp_path / "events.jsonl"))
+    monkeypatch.setattr(shared_volume, "append_jsonl", lambda p, record: gate.wait(10))   # a stalled volume
+    appender = shared_volume.BackgroundAppender(str(tmp_path / "events.jsonl"))
     appender.put({"event": "train_end"})
     t0 = time.monotonic()
     assert run_bounded(lambda: appender.flush(timeout=0.3)) is False
@@ -370,14 +370,14 @@ def test_warm_request_age_is_judged_by_the_launcher_not_the_controllers_clock(tm
     expected = []
     la.spares.expect = lambda hosts: expected.append(list(hosts)) or []
     g = Generation(1, [A, M], 9000, None)
-    path = os.path.join(jobfiles.warm_dir(la.files), f"{B}.json")
-    jobfiles.write_json(path, {"ip": B, "ttl": 900, "time": time.time() - 3600})   # controller an hour behind
+    path = os.path.join(shared_volume.warm_dir(la.files), f"{B}.json")
+    shared_volume.write_json(path, {"ip": B, "ttl": 900, "time": time.time() - 3600})   # controller an hour behind
     t0 = time.monotonic()
     la._take_warm_requests(g, t0)
     la._take_warm_requests(g, t0 + 899)
-    assert expected == [[B], [B]] and B in jobfiles.read_warm_requests(la.files)
+    assert expected == [[B], [B]] and B in shared_volume.read_warm_requests(la.files)
     la._take_warm_requests(g, t0 + 901)                          # ttl after the launcher first saw it
-    assert jobfiles.read_warm_requests(la.files) == {}
+    assert shared_volume.read_warm_requests(la.files) == {}
     assert [e["ip"] for e in events(tmp_path, "warm_request_expired")] == [B]
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dynatrain_runtime import jobfiles, spot
+from dynatrain_runtime import shared_volume, spot
 from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation
 from localcloud.imds import ImdsRegistry, InstanceMetadata
@@ -30,24 +30,24 @@ def imds():
 
 def test_no_notice_no_drain(imds, tmp_path):
     _registry, _meta, endpoint = imds
-    files = jobfiles.JobFiles(str(tmp_path))
+    files = shared_volume.JobFiles(str(tmp_path))
     assert spot.watch_once(spot.Imds(endpoint), files, IP) is None
-    assert jobfiles.read_drain_requests(files) == {}
+    assert shared_volume.read_drain_requests(files) == {}
 
 
 def test_interruption_notice_writes_one_drain_request(imds, tmp_path):
     registry, meta, endpoint = imds
-    files = jobfiles.JobFiles(str(tmp_path))
+    files = shared_volume.JobFiles(str(tmp_path))
     client = spot.Imds(endpoint)
     assert client.get("local-ipv4") == IP
     registry.interrupt(meta.instance_id, after=120)
     reason, detail = spot.watch_once(client, files, IP)
     assert reason == "spot" and detail["action"] == "terminate"
-    req = jobfiles.read_drain_requests(files)[IP]
+    req = shared_volume.read_drain_requests(files)[IP]
     assert req["reason"] == "spot" and req["notice"]["action"] == "terminate"
     first = req["time"]
     spot.watch_once(client, files, IP)                           # seen again: not rewritten
-    assert jobfiles.read_drain_requests(files)[IP]["time"] == first
+    assert shared_volume.read_drain_requests(files)[IP]["time"] == first
 
 
 class FakeImds:
@@ -62,12 +62,12 @@ def test_rebalance_recommendation_drains_unless_ignored(tmp_path):
     rebalance_only = FakeImds({"events/recommendations/rebalance": '{"noticeTime": "2026-11-23T00:00:00Z"}'})
     assert spot.notice(rebalance_only) == ("rebalance", {"noticeTime": "2026-11-23T00:00:00Z"})
     assert spot.notice(rebalance_only, rebalance=False) is None
-    files = jobfiles.JobFiles(str(tmp_path))
+    files = shared_volume.JobFiles(str(tmp_path))
     spot.watch_once(rebalance_only, files, IP)
-    assert jobfiles.read_drain_requests(files)[IP]["reason"] == "rebalance"
+    assert shared_volume.read_drain_requests(files)[IP]["reason"] == "rebalance"
     both = FakeImds(dict(rebalance_only.paths, **{"spot/instance-action": '{"action": "stop"}'}))
     spot.watch_once(both, files, IP)                             # the notice upgrades the request
-    assert jobfiles.read_drain_requests(files)[IP]["reason"] == "spot"
+    assert shared_volume.read_drain_requests(files)[IP]["reason"] == "spot"
 
 
 def test_expired_token_is_renewed(imds):
@@ -99,28 +99,28 @@ def test_launcher_drains_at_the_next_step_even_with_epoch_boundaries(tmp_path):
     write_hosts(tmp_path, [A, B, M])
     g = Generation(1, [A, B, M], 9000, None)
     la.members.confirm(g.membership)
-    jobfiles.write_drain_request(la.files, B, "spot", notice={"action": "terminate"})
+    shared_volume.write_drain_request(la.files, B, "spot", notice={"action": "terminate"})
     la._check_host_worker(g, time.time())
     assert open(os.path.join(str(tmp_path), "host_worker")).read() == f"{A}\n{M}\n"
     assert g.stop_at is not None and g.stop_reason == "drain"
-    assert jobfiles.read_stop_request(la.files)["at"] == "step"
+    assert shared_volume.read_stop_request(la.files)["at"] == "step"
     assert la.pending_resize["reason"] == "drain" and la.pending_resize["drained"] == {B: "spot"}
     la.confirm([A, M])                                           # the smaller group has taken its first step
     with open(os.path.join(str(tmp_path), "host_worker_log")) as handle:
         assert [line.split()[1:3] for line in handle][-1] == ["REMOVED", B]
     evs = [json.loads(line) for line in open(os.path.join(str(tmp_path), "events.jsonl"))]
     assert [e for e in evs if e.get("log_event") == "REMOVED"][0]["reason"] == "spot"
-    assert jobfiles.read_drain_requests(la.files) == {} and la.draining == {}
+    assert shared_volume.read_drain_requests(la.files) == {} and la.draining == {}
 
 
 def test_launcher_refuses_to_drain_the_master(tmp_path):
     la = launcher(tmp_path)
     write_hosts(tmp_path, [A, M])
     g = Generation(1, [A, M], 9000, None)
-    jobfiles.write_drain_request(la.files, M, "spot")
+    shared_volume.write_drain_request(la.files, M, "spot")
     la._check_host_worker(g, time.time())
     assert open(os.path.join(str(tmp_path), "host_worker")).read() == f"{A}\n{M}\n"
-    assert g.stop_at is None and jobfiles.read_drain_requests(la.files) == {}
+    assert g.stop_at is None and shared_volume.read_drain_requests(la.files) == {}
     evs = [json.loads(line) for line in open(os.path.join(str(tmp_path), "events.jsonl"))]
     assert any(e["event"] == "drain_refused" and e["ip"] == M for e in evs)
 

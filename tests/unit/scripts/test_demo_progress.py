@@ -17,7 +17,7 @@ def demo():
 
 
 EPOCH = {"event": "epoch", "epoch": 4, "step": 310, "world": 3, "samples_per_s": 1234.56, "val_acc": 0.9123,
-         "train_loss": 0.3, "generation": 2, "source": "train"}
+         "train_loss": 0.3, "generation": 2, "source": "train", "time": 1764115200.0}
 
 
 def test_epoch_line(demo):
@@ -43,15 +43,16 @@ def test_read_lines_since_keeps_partial_line_and_restarts_on_shrink(demo, tmp_pa
     assert demo.read_lines_since(str(path), 100) == (['{"c": 3}'], 9)
 
 
-def test_parse_events_skips_broken_lines(demo):
-    assert demo.parse_events(['{"event": "epoch"}', '{"event": ', "[1]", ""]) == [{"event": "epoch"}]
+def test_the_demo_reads_events_with_the_shared_volumes_reader(demo):
+    records, bad = demo.parse_events('{"event": "epoch", "time": 1}\n{"event": \n[1]\n')
+    assert records == [{"event": "epoch", "time": 1}] and bad == [2, 3]
 
 
 def test_follower_prints_only_new_epochs_and_membership_changes(demo, tmp_path):
     said = []
     events = tmp_path / "events.jsonl"
     log = tmp_path / "host_worker_log"
-    events.write_text(json.dumps({"event": "generation_start", "generation": 1}) + "\n" + json.dumps(EPOCH) + "\n")
+    events.write_text(json.dumps({"event": "generation_start", "generation": 1, "time": 1764115100.0}) + "\n" + json.dumps(EPOCH) + "\n")
     log.write_text("0 ADDED 10.0.0.2 1\n")
     follower = demo.Follower(str(tmp_path), said.append)
     follower.poll()

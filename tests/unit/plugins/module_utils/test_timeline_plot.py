@@ -16,7 +16,7 @@ from PIL import Image
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.dynatrain.elastic.plugins.module_utils import job_events
+from ansible_collections.dynatrain.elastic.plugins.module_utils import job_events, shared_volume
 from ansible_collections.dynatrain.elastic.plugins.module_utils import timeline_plot
 from ansible_collections.dynatrain.elastic.plugins.modules import timeline_plot as timeline_module
 
@@ -41,13 +41,13 @@ def count(records, event, **match):
 
 def test_parse_keeps_good_lines_and_numbers_the_bad_ones():
     text = '{"event": "epoch", "time": 2}\n\nnot json\n[1]\n{"event": "x"}\n{"event": "y", "time": true}\n{"ev'
-    records, bad = job_events.parse_events(text)
+    records, bad = shared_volume.parse_events(text)
     assert records == [{"event": "epoch", "time": 2}]
     assert bad == [3, 4, 5, 6, 7]
 
 
 def test_missing_file_is_no_events(tmp_path):
-    assert job_events.read_events(str(tmp_path / "events.jsonl")) == ([], [])
+    assert shared_volume.read_events(str(tmp_path / "events.jsonl")) == ([], [])
 
 
 def test_timeline_of_the_recorded_run():

@@ -10,7 +10,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.dynatrain.elastic.plugins.module_utils import host_worker_file as hwf
+from ansible_collections.dynatrain.elastic.plugins.module_utils import shared_volume as hwf
 from ansible_collections.dynatrain.elastic.plugins.modules import host_worker
 
 MASTER = "10.0.0.1"
@@ -92,6 +92,32 @@ def test_add_is_idempotent(efs):
     assert res["changed"] is False
     assert res["added"] == []
     assert text(efs) == before
+
+
+def test_warm_writes_a_request_per_joiner_before_the_edit(efs):
+    """add_workers' warm requests (shared_volume's format): one per host the edit adds, written before it,
+    none for a host already there, none in check mode, and the launcher's reader reads them back."""
+    warm = efs / "control" / "warm"
+    seen = []
+    real = host_worker.write_warm_request
+
+    def spy(files, ip, **info):
+        seen.append((ip, text(efs).count(ip)))          # the edit has not happened yet
+        real(files, ip, **info)
+    host_worker.write_warm_request = spy
+    try:
+        res = run(params(efs, hosts=["10.0.0.4", "10.0.0.2"], master=MASTER, warm=True))
+    finally:
+        host_worker.write_warm_request = real
+    assert res["warmed"] == ["10.0.0.4"] and res["added"] == ["10.0.0.4"]
+    assert seen == [("10.0.0.4", 0)]
+    requests = hwf.read_warm_requests(hwf.JobFiles(str(efs)))
+    assert list(requests) == ["10.0.0.4"]
+    assert requests["10.0.0.4"]["ttl"] == hwf.WARM_TTL and requests["10.0.0.4"]["reason"] == "add_workers"
+    assert run(params(efs, hosts=["10.0.0.4"], warm=True))["warmed"] == []      # already a member
+    res = run(params(efs, hosts=["10.0.0.6"], warm=True), check_mode=True)
+    assert res["warmed"] == [] and sorted(os.listdir(warm)) == ["10.0.0.4.json"]
+    assert run(params(efs, hosts=["10.0.0.7"]))["warmed"] == []                 # warm not asked for
 
 
 def test_remove_and_idempotence(efs):

@@ -10,7 +10,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.dynatrain.elastic.plugins.module_utils import host_worker_file as hwf
+from ansible_collections.dynatrain.elastic.plugins.module_utils import shared_volume as hwf
 from ansible_collections.dynatrain.elastic.plugins.module_utils import job_status
 from ansible_collections.dynatrain.elastic.plugins.modules import job_info
 
@@ -162,12 +162,12 @@ def test_malformed_status_is_reported(efs, content, what):
 
 
 def test_job_status_helpers():
-    assert job_status.parse_status("") == {}
+    assert hwf.parse_status("") == {}
     assert job_status.status_age({"updated": "12.5"}, now=20) == 7.5
     assert job_status.status_age({"updated": None}, now=20) is None
     assert job_status.summarize(status(state="finished"), now=NOW) == dict(
         state="finished", age_s=1.0, running=False, finished=True)
-    assert set(job_status.ACTIVE_STATES) < set(job_status.STATES)
+    assert set(hwf.ACTIVE_STATES) < set(hwf.STATES)
 
 
 # --- per-node last event, checkpoint age, events.jsonl ------------------------------------

@@ -1,12 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: dynatrain.elastic contributors
 # Apache License 2.0 (see LICENSE)
-"""The one home of the ``host_worker`` / ``host_worker_log`` formats.
+"""The shared volume's one contract: every path, format, reader and writer on it.
 
-Used by the ``dynatrain.elastic.host_worker`` module and shipped unchanged to
-the nodes, where the node runtime (the launcher) imports it, so this file must
-import nothing but the standard library. Its public names are that runtime's
-interface: keep them and their signatures.
+The collection's modules (``host_worker``, ``job_info``, ``timeline_plot``) import it, and it
+is shipped unchanged to the nodes (``runtime/build.py`` copies it into the runtime wheel as
+``dynatrain_runtime.shared_volume``), where the launcher, the training script's helper API and
+the node daemons import it; so this file imports nothing but the standard library, and its
+public names are that runtime's interface: keep them and their signatures.
+
+Under the volume (``EFS_MOUNT``), the layout of ``JobFiles``:
 
 ``host_worker``: desired workers, one IPv4 per line, ``#`` comments and blank
 lines ignored, the master last. Written only atomically (temp file + rename)
@@ -15,20 +18,33 @@ under an exclusive lock on the sidecar ``host_worker.lock``.
 ``host_worker_log``: append-only, DT's layout ``SEQ EVENT IP NS_TIMESTAMP``, read
 like a write-ahead log: a torn last line (a writer killed mid-append) is cut off by
 the next append, a malformed line is skipped; neither stops the writer.
+
+``status.json``: the launcher's state (written atomically; ``parse_status``, ``STATES``).
+``events.jsonl``: one JSON object per line (``event``, ``time``, ``source``), appended under a
+lock by the launcher and rank 0 (``append_jsonl``, ``BackgroundAppender``; ``parse_events``).
+``control/stop.json``, ``control/drain/<ip>.json``, ``control/warm/<ip>.json``: requests to the
+launcher (``write_*_request`` / ``read_*`` / ``clear_*``); ``control/launcher_state.json``.
+``checkpoints/ckpt-<step>/`` with ``meta.json`` written last; ``results/final.json``.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import fcntl
 import ipaddress
+import json
 import os
+import queue
 import stat
+import sys
 import tempfile
+import threading
 import time
 
 LOG_EVENTS = ("ADDED", "REMOVED", "FAILED")
+HOST_WORKER_LOG_FILE = "host_worker_log"
 NEW_FILE_MODE = 0o644
 
 
@@ -259,7 +275,7 @@ def write_hosts(path, hosts, master=None):
 
 
 def default_log_path(path):
-    return os.path.join(os.path.dirname(os.path.abspath(path)), "host_worker_log")
+    return os.path.join(os.path.dirname(os.path.abspath(path)), HOST_WORKER_LOG_FILE)
 
 
 def parse_log_line(line):
@@ -399,3 +415,300 @@ def log_position(log_path):
     """
     entries, offset, _bad = read_log_since(log_path, 0)
     return offset, (entries[-1][0] if entries else -1)
+
+
+# ================================================================== the job's other files
+HOST_WORKER_FILE = "host_worker"
+STATUS_FILE = "status.json"
+EVENTS_FILE = "events.jsonl"
+CONTROL_DIR = "control"
+STOP_REQUEST_FILE = "stop.json"
+LAUNCHER_STATE_FILE = "launcher_state.json"
+S3SYNC_STATE_FILE = "s3sync.json"      # control/: the checkpoint sync's last pass
+LAUNCHER_LOG = os.path.join("logs", "launcher.log")
+DRAIN_DIR = "drain"
+WARM_DIR = "warm"
+# The launcher's default checkpoint directory and the names in it (ckpt-<step>/, meta.json written last).
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "ckpt-"
+CHECKPOINT_META = "meta.json"
+RESULT_FILE = os.path.join("results", "final.json")
+# status.json's ``state``; the launcher applies host_worker changes in the active ones.
+STATES = ("starting", "running", "resizing", "stopped", "finished", "failed")
+ACTIVE_STATES = ("starting", "running", "resizing")
+# A status written longer ago than this means the launcher is gone or stuck.
+STALE_AFTER_S = 60.0
+WARM_TTL = 900.0        # s: a warm request's default life, longer than add_workers' join timeout (600 s)
+FLUSH_TIMEOUT = 60.0    # s: longer than one append's lock wait (30 s) plus its fsync
+
+
+class JobFiles:
+    """Paths of one job's files under the shared volume ``efs_mount``."""
+
+    def __init__(self, efs_mount, checkpoint_dir=None):
+        self.efs = os.path.abspath(efs_mount)
+        self.host_worker = os.path.join(self.efs, HOST_WORKER_FILE)
+        self.log = default_log_path(self.host_worker)
+        self.events = os.path.join(self.efs, EVENTS_FILE)
+        self.status = os.path.join(self.efs, STATUS_FILE)
+        self.control = os.path.join(self.efs, CONTROL_DIR)
+        self.stop_request = os.path.join(self.control, STOP_REQUEST_FILE)
+        self.launcher_state = os.path.join(self.control, LAUNCHER_STATE_FILE)
+        self.s3sync_state = os.path.join(self.control, S3SYNC_STATE_FILE)
+        self.launcher_log = os.path.join(self.efs, LAUNCHER_LOG)
+        self.checkpoints = checkpoint_dir or os.path.join(self.efs, CHECKPOINT_DIR)
+        self.result = os.path.join(self.efs, RESULT_FILE)
+
+
+def status_path(efs_mount):
+    return os.path.join(efs_mount, STATUS_FILE)
+
+
+def events_path(efs_mount):
+    return os.path.join(efs_mount, EVENTS_FILE)
+
+
+# ------------------------------------------------------------------ JSON files
+def write_json(path, obj, indent=None):
+    """Write ``obj`` as JSON atomically (readers never see half a file)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, json.dumps(obj, sort_keys=True, indent=indent), mode=0o644)
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as handle:
+            return json.loads(handle.read() or "null")
+    except (OSError, ValueError):
+        return default
+
+
+def append_jsonl(path, record):
+    """Append one JSON line under the exclusive lock ``<path>.lock`` (safe across NFS clients)."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with locked(path):
+        with open(path, "a") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+# ------------------------------------------------------------------ status.json
+class JobStatusError(ValueError):
+    """status.json exists but is not a JSON object; the message says which file."""
+
+
+def parse_status(text, source=STATUS_FILE):
+    """Parse status.json content; an empty text is an empty status."""
+    if not text.strip():
+        return {}
+    try:
+        status = json.loads(text)
+    except ValueError as exc:
+        raise JobStatusError(f"{source} is not valid JSON ({exc})") from None
+    if not isinstance(status, dict):
+        raise JobStatusError(f"{source} holds a JSON {type(status).__name__}, not an object")
+    return status
+
+
+def read_status(path):
+    """Read and parse status.json; a missing file is an empty status ({})."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_status(handle.read(), source=path)
+    except FileNotFoundError:
+        return {}
+
+
+# ------------------------------------------------------------------ events.jsonl
+def is_number(value):
+    """A JSON number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_events(text):
+    """(records, numbers of the lines that are not a JSON object with ``event`` and ``time``).
+
+    A bad line does not hide the others; the last line may be half-written while
+    the launcher appends, which is why this is lenient rather than strict.
+    """
+    records, bad = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad.append(number)
+            continue
+        if not isinstance(record, dict) or "event" not in record or not is_number(record.get("time")):
+            bad.append(number)
+            continue
+        records.append(record)
+    return records, bad
+
+
+def read_events(path):
+    """Read ``events.jsonl``; a missing file is no records (no job has started)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return parse_events(handle.read())
+    except FileNotFoundError:
+        return [], []
+
+
+def _say(message):
+    """A line on stderr (the node's process log; this module runs in node processes, never in a module)."""
+    try:
+        sys.stderr.write(f"dynatrain_runtime: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):           # no stderr left (interpreter exit)
+        pass
+
+
+class BackgroundAppender:
+    """``append_jsonl`` on a thread of its own, records in the order given.
+
+    Rank 0's events (one per epoch) are a lock, an append and an fsync on the shared volume:
+    round trips on EFS that a dist_sync job would otherwise wait for on every worker.
+    A record is checked when it is ``put`` (it must be JSON: TypeError at the caller's line,
+    not a dead writer later); a record that cannot be written (a volume error, a lock held too
+    long) is reported on stderr and kept in ``errors``, and the writer goes on.  ``flush()``
+    (also at interpreter exit) waits, at most ``timeout`` s, until every record given so far
+    is handled.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        self.errors = []                 # (record, message) of the records that could not be written
+        self._queue = queue.Queue()
+        self._thread = None
+        self._start_lock = threading.Lock()
+        self._done = threading.Condition()
+        self._pending = 0                # records put and not handled yet
+
+    def put(self, record):
+        try:
+            record = json.loads(json.dumps(record, sort_keys=True))    # the check, and a private copy
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"events record is not JSON-serialisable ({exc}): {record!r}") from None
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dt-events", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush, FLUSH_TIMEOUT)
+        with self._done:
+            self._pending += 1
+        self._queue.put(record)
+
+    def flush(self, timeout=FLUSH_TIMEOUT):
+        """Wait until every record put so far is handled; False (reported) when ``timeout`` s ran out."""
+        deadline = time.monotonic() + timeout
+        with self._done:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._thread is not None and not self._thread.is_alive()):
+                    _say(f"{self._pending} record(s) not written to {self.path} within {timeout:.0f} s")
+                    return False
+                self._done.wait(min(left, 1.0))
+        return True
+
+    def _run(self):
+        while True:
+            record = self._queue.get()
+            try:
+                append_jsonl(self.path, record)
+            # whatever it is, the writer must go on
+            except Exception as exc:            # pylint: disable=broad-exception-caught
+                self._report(record, exc)
+            finally:
+                with self._done:
+                    self._pending -= 1
+                    self._done.notify_all()
+
+    def _report(self, record, exc):
+        message = f"cannot append to {self.path}: {type(exc).__name__}: {exc}"
+        self.errors.append((record, message))
+        del self.errors[:-100]                  # the newest ones: enough to say what went wrong
+        _say(message)
+
+
+# ------------------------------------------------------------------ requests to the launcher
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_stop_request(files, generation, reason, at="step"):
+    """Ask every worker of ``generation`` to stop at the next ``at`` boundary (``control/stop.json``)."""
+    write_json(files.stop_request, {"generation": int(generation), "reason": reason, "at": at, "time": time.time()})
+
+
+def clear_stop_request(files):
+    _unlink_quietly(files.stop_request)
+
+
+def read_stop_request(files):
+    return read_json(files.stop_request)
+
+
+def _read_requests(directory):
+    """``{ip: request}`` of ``<directory>/<ip>.json`` (unreadable or misnamed ones are skipped)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        if name.endswith(".json") and not name.startswith("."):
+            req = read_json(os.path.join(directory, name))
+            if isinstance(req, dict) and req.get("ip") == name[:-len(".json")]:
+                out[req["ip"]] = req
+    return out
+
+
+# ``control/drain/<ip>.json``: a node asks to leave at the next step boundary (a spot
+# interruption notice); the launcher removes it from host_worker, logs REMOVED once the
+# smaller group runs, and deletes the request.
+def drain_dir(files):
+    return os.path.join(files.control, DRAIN_DIR)
+
+
+def write_drain_request(files, ip, reason, **info):
+    write_json(os.path.join(drain_dir(files), f"{validate_ip(ip)}.json"),
+               dict(info, ip=ip, reason=reason, time=time.time()))
+
+
+def read_drain_requests(files):
+    """``{ip: request}`` of the pending drain requests (unreadable ones are skipped)."""
+    return _read_requests(drain_dir(files))
+
+
+def clear_drain_request(files, ip):
+    _unlink_quietly(os.path.join(drain_dir(files), f"{ip}.json"))
+
+
+# ``control/warm/<ip>.json``: a node is about to join (add_workers writes it before its
+# host_worker edit: the host_worker module's ``warm``); the launcher starts a worker process
+# there at once (the engine imported, data loaded), so the resize that follows the edit finds it
+# warm.  The launcher deletes the request once the node is a member, or when it is older than
+# its ``ttl`` (s, measured from when the launcher first saw it: the writer's clock is not the
+# master's) and the node never joined (its spare is then ended).
+def warm_dir(files):
+    return os.path.join(files.control, WARM_DIR)
+
+
+def write_warm_request(files, ip, ttl=WARM_TTL, **info):
+    write_json(os.path.join(warm_dir(files), f"{validate_ip(ip)}.json"),
+               dict(info, ip=ip, ttl=float(ttl), time=time.time()))
+
+
+def read_warm_requests(files):
+    """``{ip: request}`` of the pending warm requests (unreadable or misnamed ones are skipped)."""
+    return _read_requests(warm_dir(files))
+
+
+def clear_warm_request(files, ip):
+    _unlink_quietly(os.path.join(warm_dir(files), f"{ip}.json"))

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/host_worker_file.py (the host_worker formats)."""
+"""Unit tests for plugins/module_utils/shared_volume.py (the host_worker formats)."""
 import ast
 import os
 import stat
@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from ansible_collections.dynatrain.elastic.plugins.module_utils import host_worker_file as hwf
+from ansible_collections.dynatrain.elastic.plugins.module_utils import shared_volume as hwf
 
 MODULE_FILE = hwf.__file__
 
 
 def test_stdlib_only():
-    """The file is shipped to nodes as dt_host_worker_file.py: nothing but the standard library."""
+    """The file is shipped to nodes as dynatrain_runtime.shared_volume: nothing but the standard library."""
     tree = ast.parse(open(MODULE_FILE).read())
     names = set()
     for node in ast.walk(tree):
