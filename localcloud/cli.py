@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import config, image, podman
+from . import config, node_image, podman
 
 UP_TIMEOUT_S = 60
 DOWN_TIMEOUT_S = 90
@@ -54,7 +54,7 @@ def _log_tail(n=30):
 
 # -- build-image / wheelhouse ------------------------------------------------
 def cmd_build_image(args):
-    return image.build(force=args.force)
+    return node_image.build(force=args.force)
 
 
 def _wanted_wheels(req_file):
@@ -161,9 +161,9 @@ def cmd_up(args):
         return _err(str(e))
     if not podman.image_exists():
         return _err("node image %s missing: run `python -m localcloud build-image` (or `make setup`)" % config.IMAGE)
-    if image.image_recipe() != image.recipe_digest():
+    if node_image.image_recipe() != node_image.recipe_digest():
         return _err(
-            "node image %s was built from an older recipe (localcloud/image.py changed): "
+            "node image %s was built from an older recipe (localcloud/node_image.py changed): "
             "run `python -m localcloud build-image` (or `make setup`)" % config.IMAGE
         )
     pid = _daemon_pid()

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 from botocore.config import Config
 
-from . import config, images, moto_compat, quotas, request_log
+from . import baked_images, config, moto_compat, quotas, request_log
 from .reconciler import Reconciler, remove_all_containers
 
 log = logging.getLogger("localcloud.daemon")
@@ -239,7 +239,7 @@ def run():
     moto_compat.apply()
     quotas.apply()
     node_ami_in_every_region()
-    images.apply(home)  # CreateImage -> podman commit (localcloud/images.py)
+    baked_images.apply(home)  # CreateImage -> podman commit (localcloud/baked_images.py)
     # A new cloud is a new account: its record of API calls starts empty.
     calls = request_log.log_path(home)
     open(calls, "w").close()

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import namedtuple
 
-from . import config, images, moto_compat, podman
+from . import baked_images, config, moto_compat, podman
 from .imds import ImdsRegistry, InstanceMetadata
 
 log = logging.getLogger("localcloud.reconciler")
@@ -299,7 +299,7 @@ class Reconciler:
                 os.makedirs(config.efs_dir(fs), exist_ok=True)
                 args += ["-v", "%s:%s/%s" % (config.efs_dir(fs), config.EFS_MOUNT_ROOT, fs)]
             # An AMI made by CreateImage boots its own image (a baked node), any other the stock one.
-            args.append(images.image_for(inst.ami_id))
+            args.append(baked_images.image_for(inst.ami_id))
             podman.run(args, timeout=120)
             with self.lock:
                 self.created.add(inst.id)
@@ -455,5 +455,5 @@ def remove_all_containers(home):
         log.info("%s: container removed", n)
         shutil.rmtree(config.instance_dir(n), ignore_errors=True)
     # The AMIs of CreateImage die with moto's state: their images go with the nodes.
-    images.remove_all(home)
+    baked_images.remove_all(home)
     return names

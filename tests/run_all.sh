@@ -8,7 +8,7 @@
 # With every stage selected they run in three lanes at once, because most of their time is spent
 # waiting on SSH, containers, playbooks and training steps rather than on the 2 cores:
 #   checks: lint, then sanity (a few minutes of CPU);
-#   cloud:  the molecule scenarios on the local cloud (cluster, lifecycle), then the e2e: the only
+#   cloud:  the molecule scenario on the local cloud (cluster), then the e2e: the only
 #           users of the local cloud, one after another (it is one account on one fixed port);
 #   main:   unit, then the role scenarios (each in its own container and network namespace).
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
@@ -42,6 +42,7 @@ stage() {
 scenarios() {
   local f kind
   for f in molecule/*/molecule.yml; do
+    [ "$(basename "$(dirname "$f")")" = lifecycle ] && continue    # on demand (tests/molecule.sh)
     kind=roles; grep -q "^  name: default" "$f" && kind=cloud
     [ "$kind" = "$1" ] && printf '%s ' "$(basename "$(dirname "$f")")"
   done
@@ -49,7 +50,7 @@ scenarios() {
 
 # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
 unit() { python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25; }
-e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x; }
+e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x --durations=10; }
 molecule_cloud() { DT_MOLECULE_SCENARIOS="$(scenarios cloud)" bash tests/molecule.sh; }
 molecule_roles() { DT_MOLECULE_SCENARIOS="$(scenarios roles)" bash tests/molecule.sh; }
 

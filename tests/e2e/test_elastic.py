@@ -123,6 +123,23 @@ def _metrics_when(master, needle, port=9110):
     return text if needle in text else None
 
 
+def _recap_changes(out):
+    """``{host: changed=N}`` of a playbook run's PLAY RECAP."""
+    recap = out[out.rindex("PLAY RECAP"):] if "PLAY RECAP" in out else ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", recap, re.M)}
+
+
+def _workers_count(env, nodes):
+    """``{ip: DEEPLEARNING_WORKERS_COUNT}`` of DL-CFN's /etc/profile.d/deeplearning.sh on each node."""
+    out = {}
+    for ip, node in nodes.items():
+        text = subprocess.run(["podman", "exec", node["id"], "cat", "/etc/profile.d/deeplearning.sh"], env=env,
+                              check=True, timeout=60, capture_output=True, text=True).stdout
+        match = re.search(r"DEEPLEARNING_WORKERS_COUNT=(\d+)", text)
+        out[ip] = int(match.group(1)) if match else None
+    return out
+
+
 def _run_ok(env, name, extra):
     rc, out = playbook(env, name, dict(NET, **extra))
     assert rc == 0, "%s failed:\n%s" % (name, out[-5000:])
@@ -157,6 +174,13 @@ def test_elastic_membership_end_to_end(cloud):
         base = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "base"][0]
         job.wait_for("training to start", lambda: job.status().get("step", 0) > 0, 300)
 
+        # bootstrap is idempotent: run again as typed, with the job training, it changes nothing
+        out = _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
+        changes = _recap_changes(out)
+        assert changes and not any(changes.values()), "bootstrap again changed something: %s\n%s" % (
+            changes, out[-5000:])
+        assert _workers_count(env, _nodes(env)) == {base: 2, master: 2}
+
         # bad input changes nothing
         for bad in ("0", "-2", "abc", "99"):
             rc, out = playbook(env, "add_workers", dict(NET, count=bad))
@@ -177,6 +201,7 @@ def test_elastic_membership_end_to_end(cloud):
         assert all(nodes[ip]["tags"]["elastic_worker_status"] == "ADDED" for ip in added)
         assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
         assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
+        assert set(_workers_count(env, nodes).values()) == {4}            # DL-CFN's count on every node
         # issue 28: the launcher's Prometheus metrics on the master's private address (dt_metrics_port)
         text = job.wait_for("the master's metrics to show the world of 4", lambda: _metrics_when(
             master, "dynatrain_world_size 4"), 120)

@@ -116,7 +116,7 @@ def test_create_hands_the_node_its_public_address(tmp_path, monkeypatch, public_
     monkeypatch.setenv("DT_LOCALCLOUD_HOME", str(tmp_path))
     runs, waited = [], []
     monkeypatch.setattr(reconciler.podman, "run", lambda args, timeout=None: runs.append(args))
-    monkeypatch.setattr(reconciler.images, "image_for", lambda ami: "localhost/dynatrain-node:bookworm")
+    monkeypatch.setattr(reconciler.baked_images, "image_for", lambda ami: "localhost/dynatrain-node:bookworm")
     monkeypatch.setattr(reconciler, "wait_ssh", lambda ip, timeout=None: waited.append(ip) or True)
     r = Reconciler(None, None, str(tmp_path))
     node = Instance(id="i-p", state="running", private_ip="127.77.1.10", region="us-east-1", vpc_id="vpc-1",

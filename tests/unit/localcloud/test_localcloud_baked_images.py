@@ -1,4 +1,4 @@
-"""localcloud.images: CreateImage -> podman commit, the image an AMI boots, cleanup (podman faked)."""
+"""localcloud.baked_images: CreateImage -> podman commit, the image an AMI boots, cleanup (podman faked)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from localcloud import config, images, podman
+from localcloud import baked_images, config, podman
 
 
 class FakePodman:
@@ -48,40 +48,40 @@ def fake(monkeypatch):
 
 
 def test_an_ami_without_image_boots_the_stock_node_image(fake):
-    assert images.image_for("ami-12345678") == config.IMAGE
-    assert images.image_for(None) == config.IMAGE
+    assert baked_images.image_for("ami-12345678") == config.IMAGE
+    assert baked_images.image_for(None) == config.IMAGE
 
 
 def test_create_image_commits_the_builder_and_its_instances_boot_it(fake):
-    assert images.commit("i-builder", "ami-abc", home="/state")
+    assert baked_images.commit("i-builder", "ami-abc", home="/state")
     commit = next(c for c in fake.calls if c[0] == "commit")
     assert commit[-2:] == ["i-builder", "localhost/dynatrain-ami:ami-abc"]
     assert "LABEL %s=/state" % config.HOME_LABEL in commit
-    assert images.image_for("ami-abc") == "localhost/dynatrain-ami:ami-abc"
+    assert baked_images.image_for("ami-abc") == "localhost/dynatrain-ami:ami-abc"
 
 
 def test_create_image_of_an_instance_without_node_commits_nothing(fake):
-    assert not images.commit("i-elsewhere", "ami-abc", home="/state")
-    assert images.image_for("ami-abc") == config.IMAGE
+    assert not baked_images.commit("i-elsewhere", "ami-abc", home="/state")
+    assert baked_images.image_for("ami-abc") == config.IMAGE
 
 
 def test_deregister_and_down_remove_only_this_clouds_images(fake):
-    images.commit("i-builder", "ami-a", home="/state")
-    images.commit("i-builder", "ami-b", home="/state")
-    fake.images["localhost/dynatrain-ami:ami-other"] = ("id-other", {config.HOME_LABEL: "/other", images.AMI_LABEL: "ami-other"})
-    assert images.remove("ami-a")
-    assert images.image_for("ami-a") == config.IMAGE
-    assert images.remove_all("/state") == ["id-ami-b"]
+    baked_images.commit("i-builder", "ami-a", home="/state")
+    baked_images.commit("i-builder", "ami-b", home="/state")
+    fake.images["localhost/dynatrain-ami:ami-other"] = ("id-other", {config.HOME_LABEL: "/other", baked_images.AMI_LABEL: "ami-other"})
+    assert baked_images.remove("ami-a")
+    assert baked_images.image_for("ami-a") == config.IMAGE
+    assert baked_images.remove_all("/state") == ["id-ami-b"]
     assert list(fake.images) == ["localhost/dynatrain-ami:ami-other"]
 
 
 def test_moto_create_image_commits_and_deregister_removes(fake, monkeypatch):
     from moto.ec2.models.amis import AmiBackend
 
-    monkeypatch.setattr(images, "_APPLIED", {"done": False})
+    monkeypatch.setattr(baked_images, "_APPLIED", {"done": False})
     monkeypatch.setattr(AmiBackend, "create_image", AmiBackend.create_image)
     monkeypatch.setattr(AmiBackend, "deregister_image", AmiBackend.deregister_image)
-    images.apply("/state")
+    baked_images.apply("/state")
     import boto3
     from moto import mock_aws
 
@@ -91,14 +91,14 @@ def test_moto_create_image_commits_and_deregister_removes(fake, monkeypatch):
         iid = ec2.run_instances(ImageId=ami, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
         fake.containers.add(iid)
         new = ec2.create_image(InstanceId=iid, Name="baked")["ImageId"]
-        assert images.image_for(new) == images.tag(new)
+        assert baked_images.image_for(new) == baked_images.tag(new)
         ec2.deregister_image(ImageId=new)
-        assert images.image_for(new) == config.IMAGE
+        assert baked_images.image_for(new) == config.IMAGE
 
 
 def test_down_of_one_cloud_leaves_another_clouds_images(fake):
     """Two clouds on one machine (a test cloud beside the e2e's): remove_all is per state directory."""
-    assert images.commit("i-builder", "ami-mine", home="/state-a")
-    assert images.commit("i-builder", "ami-theirs", home="/state-b")
-    assert images.remove_all(home="/state-a") == ["id-ami-mine"]
-    assert images.image_for("ami-theirs") == "localhost/dynatrain-ami:ami-theirs"
+    assert baked_images.commit("i-builder", "ami-mine", home="/state-a")
+    assert baked_images.commit("i-builder", "ami-theirs", home="/state-b")
+    assert baked_images.remove_all(home="/state-a") == ["id-ami-mine"]
+    assert baked_images.image_for("ami-theirs") == "localhost/dynatrain-ami:ami-theirs"

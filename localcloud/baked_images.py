@@ -27,7 +27,7 @@ import logging
 
 from . import config, podman
 
-log = logging.getLogger("localcloud.images")
+log = logging.getLogger("localcloud.baked_images")
 
 REPOSITORY = "localhost/dynatrain-ami"
 AMI_LABEL = "dynatrain.localcloud.ami"
