@@ -5,12 +5,14 @@
 # DT_TEST_STAGES="unit e2e" runs a subset (one stage after another unless unit, molecule and e2e are
 # all in it).
 #
-# With every stage selected they run in three lanes at once, because most of their time is spent
+# With every stage selected they run in three lanes at once, because much of their time is spent
 # waiting on SSH, containers, playbooks and training steps rather than on the 2 cores:
 #   checks: lint, then sanity (a few minutes of CPU);
 #   cloud:  the molecule scenario on the local cloud (cluster), then the e2e: the only
 #           users of the local cloud, one after another (it is one account on one fixed port);
-#   main:   unit, then the role scenarios (each in its own container and network namespace).
+#   main:   unit.
+# Then the cloud and main lanes share the role scenarios (each in its own container and network
+# namespace): each lane, once free, takes the next one nobody has taken (the longest first).
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
 # DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
@@ -52,7 +54,19 @@ scenarios() {
 unit() { python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25; }
 e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x --durations=10; }
 molecule_cloud() { DT_MOLECULE_SCENARIOS="$(scenarios cloud)" bash tests/molecule.sh; }
-molecule_roles() { DT_MOLECULE_SCENARIOS="$(scenarios roles)" bash tests/molecule.sh; }
+# role_scenarios: the role scenarios this lane takes (mkdir of tests/output/claims/NAME: the first lane
+# to ask gets it), the longest first so that the two lanes end about together.
+LONGEST_FIRST="torch launcher mxnet"
+role_scenarios() {
+  local s rc=0 all
+  all="$LONGEST_FIRST $(scenarios roles)"
+  for s in $all; do
+    [[ " $(scenarios roles) " == *" $s "* ]] || continue
+    mkdir "$OUT/claims/$s" 2>/dev/null || continue
+    DT_MOLECULE_SCENARIOS=$s bash tests/molecule.sh || rc=1
+  done
+  return $rc
+}
 
 checks_lane() {
   local s
@@ -63,10 +77,11 @@ checks_lane() {
 cloud_lane() {
   stage molecule-cloud molecule_cloud
   stage e2e e2e
+  stage roles@cloud role_scenarios
 }
 main_lane() {
   stage unit unit
-  stage molecule-roles molecule_roles
+  stage roles@main role_scenarios
 }
 
 # background LANE: runs LANE_lane in the background, its output in tests/output/LANE.log.
@@ -96,6 +111,7 @@ fi
 
 if selected unit && selected molecule && selected e2e && [ -z "${DT_TEST_SERIAL:-}" ] \
     && [ -z "${DT_MOLECULE_SCENARIOS:-}" ]; then
+  rm -rf "$OUT/claims" && mkdir -p "$OUT/claims"
   background checks
   background cloud
   main_lane
@@ -125,6 +141,6 @@ while read -r name rc secs; do
   [ "$rc" -eq 0 ] || overall=1
   printf '  %-14s %6ss  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")"
 done <"$STATUS"
-[ $lanes = 1 ] && echo "  (three lanes at once: lint+sanity | molecule-cloud+e2e | unit+molecule-roles)"
+[ $lanes = 1 ] && echo "  (three lanes at once: lint+sanity | molecule-cloud, e2e | unit; then the role scenarios in both)"
 echo "  total          ${SECONDS}s"
 exit $overall
