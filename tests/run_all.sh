@@ -5,14 +5,14 @@
 # DT_TEST_STAGES="unit e2e" runs a subset (one stage after another unless unit, molecule and e2e are
 # all in it).
 #
-# With every stage selected they run in three lanes at once, because much of their time is spent
-# waiting on SSH, containers, playbooks and training steps rather than on the 2 cores:
-#   checks: lint, then sanity (a few minutes of CPU);
-#   cloud:  the molecule scenario on the local cloud (cluster), then the e2e: the only
-#           users of the local cloud, one after another (it is one account on one fixed port);
-#   main:   unit.
-# Then the cloud and main lanes share the role scenarios (each in its own container and network
-# namespace): each lane, once free, takes the next one nobody has taken (the longest first).
+# With every stage selected they run in lanes, as far as the 2 cores allow (the unit tests' training
+# runs and playbooks keep both busy: beside the e2e they doubled its time and their own):
+#   first   unit, with lint then sanity beside it in the background (`checks`);
+#   then    the molecule scenario on the local cloud (cluster) and the e2e, the only users of the
+#           local cloud, one after another (it is one account on one fixed port), in the background
+#           (`cloud`), beside the role scenarios (each in its own container and network namespace);
+#           once the e2e is done the cloud lane takes role scenarios too: each lane, once free,
+#           takes the next one nobody has taken (the longest first).
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
 # DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
@@ -81,6 +81,7 @@ cloud_lane() {
 }
 main_lane() {
   stage unit unit
+  background cloud
   stage roles@main role_scenarios
 }
 
@@ -113,7 +114,6 @@ if selected unit && selected molecule && selected e2e && [ -z "${DT_TEST_SERIAL:
     && [ -z "${DT_MOLECULE_SCENARIOS:-}" ]; then
   rm -rf "$OUT/claims" && mkdir -p "$OUT/claims"
   background checks
-  background cloud
   main_lane
   join_lanes
   lanes=1
@@ -141,6 +141,6 @@ while read -r name rc secs; do
   [ "$rc" -eq 0 ] || overall=1
   printf '  %-14s %6ss  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")"
 done <"$STATUS"
-[ $lanes = 1 ] && echo "  (three lanes at once: lint+sanity | molecule-cloud, e2e | unit; then the role scenarios in both)"
+[ $lanes = 1 ] && echo "  (lint+sanity beside unit; then molecule-cloud, e2e beside the role scenarios)"
 echo "  total          ${SECONDS}s"
 exit $overall
