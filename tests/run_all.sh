@@ -51,21 +51,7 @@ scenarios() {
 }
 
 # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
-PYTEST_UNIT=(python -m pytest -q -p no:cacheprovider --timeout=900 --durations=15)
-# The unit tests as two pytest processes side by side: the node runtime's (real training jobs on 127.x
-# addresses, ports 19100-24999: mostly waiting on their processes) beside the rest (playbooks against
-# moto servers on ephemeral ports, modules, the local cloud's: mostly CPU). The runtime's output is
-# printed after the rest's. DT_TEST_SERIAL=1: one process.
-unit() {
-  if [ -n "${DT_TEST_SERIAL:-}" ]; then "${PYTEST_UNIT[@]}" tests/unit; return; fi
-  "${PYTEST_UNIT[@]}" tests/unit/runtime >"$OUT/unit-runtime.log" 2>&1 &
-  local pid=$! rc=0
-  "${PYTEST_UNIT[@]}" tests/unit --ignore=tests/unit/runtime || rc=1
-  wait "$pid" || rc=1
-  echo "=== unit: tests/unit/runtime (beside the rest, output in tests/output/unit-runtime.log)"
-  cat "$OUT/unit-runtime.log"
-  return $rc
-}
+unit() { python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25; }
 e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x --durations=10; }
 molecule_cloud() { DT_MOLECULE_SCENARIOS="$(scenarios cloud)" bash tests/molecule.sh; }
 # role_scenarios: the role scenarios this lane takes (mkdir of tests/output/claims/NAME: the first lane
