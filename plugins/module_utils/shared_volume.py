@@ -460,14 +460,6 @@ class JobFiles:
         self.result = os.path.join(self.efs, RESULT_FILE)
 
 
-def status_path(efs_mount):
-    return os.path.join(efs_mount, STATUS_FILE)
-
-
-def events_path(efs_mount):
-    return os.path.join(efs_mount, EVENTS_FILE)
-
-
 # ------------------------------------------------------------------ JSON files
 def write_json(path, obj, indent=None):
     """Write ``obj`` as JSON atomically (readers never see half a file)."""

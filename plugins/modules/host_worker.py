@@ -561,6 +561,7 @@ class Edit:
     added: list
     removed: list
     position: tuple | None = None
+    warmed: tuple = ()
 
     @property
     def changed(self):
@@ -587,8 +588,24 @@ def apply_edit(request, check_mode=False):
         edit = compute_edit(request, _read_text(request.path))
         if edit.changed:
             edit.position = log_position(request.log_path)
+            if request.warm and request.state == "present":
+                edit.warmed = warm_joiners(request, edit)
             atomic_write(request.path, edit.after)
     return edit
+
+
+def warm_joiners(request, edit):
+    """Write the warm request of every host ``edit`` adds but the master (before the edit is written)."""
+    files = JobFiles(request.directory)
+    master = (parse_hosts(edit.after or "", source=request.path) or [None])[-1]   # the last address
+    hosts = tuple(h for h in edit.added if h != master)
+    for host in hosts:
+        try:
+            write_warm_request(files, host, reason="add_workers")
+        except OSError as exc:
+            raise HostWorkerError(f"cannot write the warm request of {host} under {files.control}: {exc}; "
+                                  "host_worker was not changed") from None
+    return hosts
 
 
 def edit_or_fail(request, check_mode, result):
@@ -776,10 +793,8 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
     if request.confirm is not None:
         result.update(current_hosts(request, result))
         return await_confirmation(request, request.confirm, result, **waiting)
-    if request.warm and request.state == "present" and not check_mode:
-        result["warmed"] = warm_joiners(request, edit_or_fail(request, True, result), result)
     edit = edit_or_fail(request, check_mode, result)
-    result.update(edit_result(request, edit, diff_mode))
+    result.update(edit_result(request, edit, diff_mode), warmed=list(edit.warmed))
     changed = edit.changed and not check_mode
     pending = Pending(state=request.state, hosts=(edit.added if request.state == "present" else edit.removed)
                       if changed else [], position=tuple(edit.position or (0, -1)), started=clock())
@@ -787,20 +802,6 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
     if not request.wait or not changed:
         return result
     return await_confirmation(request, pending, result, **waiting)
-
-
-def warm_joiners(request, preview, result):
-    """Write the warm request of every host ``preview`` (the edit, planned) adds but the master."""
-    files = JobFiles(request.directory)
-    master = (parse_hosts(preview.after or "", source=request.path) or [None])[-1]   # the last address
-    hosts = [h for h in preview.added if h != master]
-    try:
-        for host in hosts:
-            write_warm_request(files, host, reason="add_workers")
-    except OSError as exc:
-        raise HostWorkerFailure(f"cannot write the warm request of {host} under {files.control}: {exc}; "
-                                "host_worker was not changed", **result) from None
-    return hosts
 
 
 def current_hosts(request, result):
