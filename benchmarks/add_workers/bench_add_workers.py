@@ -6,11 +6,13 @@ In one run, side by side:
          time it, remove them again; teardown.
   bake:  bake_image.yml (the node image of the current recipe; a second run reuses it).
   baked: the same as plain, from the baked image.
+  pool:  the same as baked, with a warm pool of max(counts) workers (dt_warm_pool_size): reconcile fills
+         it (timed apart), each add takes from it, reconcile refills it after each removal.
 Prints one table: bootstrap and add_workers per count, plain vs baked, and count=N vs count=1.
-Targets (issue 10): baked add_workers count=1 <= 20 s, count=4 <= 1.3 x count=1; bootstrap
-(master + 1 worker) on the baked image <= 40 s.
+Targets (issues 10, 28): baked add_workers count=1 <= 20 s, count=4 <= 1.3 x count=1; bootstrap
+(master + 1 worker) on the baked image <= 40 s; from the warm pool count=1 <= 10 s.
 
-    .venv/bin/python benchmarks/add_workers/bench_add_workers.py [--counts 1,4,8] [--modes plain,baked] [--keep]
+    .venv/bin/python benchmarks/add_workers/bench_add_workers.py [--counts 1,4,8] [--modes plain,baked,pool] [--keep]
 
 DT_LOCALCLOUD_PORT / DT_LOCALCLOUD_HOME pick the cloud; a port other than the default gets
 its own copy of inventories/local pointing at it (ANSIBLE_INVENTORY), so a second cloud on
@@ -62,25 +64,37 @@ def timed(label, func, *args, **kwargs):
 
 
 def run_mode(d, mode, counts, max_workers):
-    """bootstrap (master + 1 worker), then add/remove each count; {what: seconds}."""
-    baked = {"dt_use_baked_image": mode == "baked"}
+    """bootstrap (master + 1 worker), then add/remove each count; {what: seconds}.
+    pool: the baked image with a warm pool of max(counts) workers (filled by bootstrap, not timed
+    apart), each add takes from it, and reconcile refills it after each removal (timed apart)."""
+    baked = {"dt_use_baked_image": mode != "plain"}
+    pool = {"dt_warm_pool_size": max(counts)} if mode == "pool" else {}
     out = {}
     out["bootstrap"] = timed("%s bootstrap (master + 1 worker)" % mode, d.playbook, "bootstrap",
                              dict(baked, worker_count=1, max_workers=max_workers))
     d.wait_for("training to start", lambda: d.status().get("step", 0) > 0, 300)
+    if pool:
+        out["fill"] = timed("%s fill the warm pool (%d workers)" % (mode, max(counts)), d.playbook, "reconcile",
+                            dict(baked, pool, max_workers=max_workers))
     for n in counts:
         out[n] = timed("%s add_workers count=%d" % (mode, n), d.playbook, "add_workers",
                        dict(baked, count=n, max_workers=max_workers))
         d.playbook("remove_workers", {"count": n, "max_workers": max_workers})
+        if pool:
+            out.setdefault("refill", {})[n] = timed("%s refill the warm pool after count=%d" % (mode, n), d.playbook,
+                                                    "reconcile", dict(baked, pool, max_workers=max_workers))
     return out
 
 
 def table(results, counts):
     modes = list(results)
     lines = ["| what | " + " | ".join(modes) + " |", "|---|" + "---:|" * len(modes)]
-    if "bake" in results.get("baked", {}):
+    if any("bake" in results[m] for m in modes):
         lines.append("| bake_image (once) | " + " | ".join(
             "%.1f s" % results[m]["bake"] if "bake" in results[m] else "-" for m in modes) + " |")
+    if any("fill" in results[m] for m in modes):
+        lines.append("| fill the warm pool (reconcile, %d workers) | " % max(counts) + " | ".join(
+            "%.1f s" % results[m]["fill"] if "fill" in results[m] else "-" for m in modes) + " |")
     lines.append("| bootstrap, master + 1 worker | " + " | ".join("%.1f s" % results[m]["bootstrap"] for m in modes) + " |")
     for n in counts:
         cells = []
@@ -90,13 +104,17 @@ def table(results, counts):
             cells.append("%.1f s (%.2f x count=%d)" % (secs, secs / base, counts[0]) if base and n != counts[0]
                          else "%.1f s" % secs)
         lines.append("| add_workers count=%d | " % n + " | ".join(cells) + " |")
+    for n in counts:
+        if any(n in results[m].get("refill", {}) for m in modes):
+            lines.append("| refill the warm pool after count=%d (reconcile) | " % n + " | ".join(
+                "%.1f s" % results[m]["refill"][n] if n in results[m].get("refill", {}) else "-" for m in modes) + " |")
     return "\n".join(lines)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--counts", default="1,4,8")
-    p.add_argument("--modes", default="plain,baked")
+    p.add_argument("--modes", default="plain,baked,pool")
     p.add_argument("--cluster", default="benchadd")
     p.add_argument("--subnet", default="127.80.1.0/24")
     p.add_argument("--max-workers", type=int, default=12)
@@ -113,7 +131,7 @@ def main(argv=None):
         d.env = private_inventory(demo.localcloud_env())
         results[mode] = {}
         try:
-            if mode == "baked":
+            if mode in ("baked", "pool") and not any("bake" in r for r in results.values()):
                 results[mode]["bake"] = timed("bake_image", d.playbook, "bake_image", {})
             results[mode].update(run_mode(d, mode, counts, args.max_workers))
         finally:
@@ -125,6 +143,8 @@ def main(argv=None):
     if base and len(counts) > 1 and 4 in counts:
         print("\ntargets (baked): count=1 %.1f s (<= 20), count=4 %.2f x count=1 (<= 1.3), bootstrap %.1f s (<= 40)"
               % (base[counts[0]], base[4] / base[counts[0]], base["bootstrap"]))
+    if "pool" in results:
+        print("target (warm pool): count=%d %.1f s (<= 10)" % (counts[0], results["pool"][counts[0]]))
     return 0
 
 

@@ -23,13 +23,15 @@ description:
     elastic-worker tag); C(dt_elastic) (nodes carrying the tag C(<C>-aws-dl-cfn-elastic-worker));
     C(dt_status_add_queued), C(dt_status_added), C(dt_status_removal_queued),
     C(dt_status_removed), C(dt_status_add_failed) (from the tag C(elastic_worker_status));
-    C(dt_spot); C(dt_cluster_<C>) (C with every character outside C([A-Za-z0-9_]) replaced by
+    C(dt_spot); C(dt_pool) (the cluster's warm pool: workers kept configured and stopped, tag
+    C(dynatrain:group=pool); they are in no other fixed group, since they run no worker process);
+    C(dt_cluster_<C>) (C with every character outside C([A-Za-z0-9_]) replaced by
     C(_)). The fixed groups always exist, even when empty, so that playbooks can target them."
   - "Host variables: C(dt_instance_id), C(dt_private_ip), C(dt_public_ip), C(dt_cluster),
     C(dt_role) (V(master), V(worker) or null), C(dt_status) (the elastic_worker_status tag or null),
     C(dt_lifecycle) (V(spot) or V(on-demand)), C(dt_instance_type), C(dt_gpu_count),
     C(dt_region), C(dt_launch_time) (ISO 8601 string), C(dt_tags) (all tags as a dict),
-    C(dt_elastic) (bool), and C(dt_state), C(dt_availability_zone), C(dt_private_dns_name),
+    C(dt_elastic) (bool), C(dt_pool) (bool: in the warm pool), and C(dt_state), C(dt_availability_zone), C(dt_private_dns_name),
     C(dt_public_dns_name), C(dt_vpc_id), C(dt_subnet_id), C(dt_image_id), C(dt_key_name).
     Tags are exposed only under C(dt_tags), never as plain C(tags)."
   - Each region costs one paginated C(DescribeInstances) call with server-side filters (the cluster
@@ -251,6 +253,8 @@ CLUSTER_TAG = "dynatrain:cluster"
 ROLE_TAG = "dynatrain:role"
 NODE_TYPE_TAG = "NodeType"
 STATUS_TAG = "elastic_worker_status"
+GROUP_TAG = "dynatrain:group"
+POOL_GROUP = "pool"  # GROUP_TAG's value on a warm-pool worker (roles/cluster: warm_pool)
 ELASTIC_TAG_SUFFIX = "-aws-dl-cfn-elastic-worker"
 STATUSES = ("ADD_QUEUED", "ADDED", "REMOVAL_QUEUED", "REMOVED", "ADD_FAILED")
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
@@ -260,6 +264,7 @@ FIXED_GROUPS = (
     "dt_base",
     "dt_elastic",
     "dt_spot",
+    "dt_pool",
 ) + tuple("dt_status_" + s.lower() for s in STATUSES)
 
 # hostnames preference -> instance attribute
@@ -424,6 +429,7 @@ def host_vars(instance, region, gpu_count):
         "dt_launch_time": iso_time(instance.get("LaunchTime")),
         "dt_tags": tags,
         "dt_elastic": elastic,
+        "dt_pool": bool(cluster) and tags.get(GROUP_TAG) == POOL_GROUP,
         "dt_state": (instance.get("State") or {}).get("Name"),
         "dt_availability_zone": zone,
         "dt_private_dns_name": instance.get("PrivateDnsName") or None,
@@ -440,6 +446,9 @@ def host_groups(hostvars):
     groups = []
     if hostvars.get("dt_cluster"):
         groups.append(cluster_group(hostvars["dt_cluster"]))
+    if hostvars.get("dt_pool"):
+        # a warm-pool worker (stopped, or being filled) runs no worker process: in no other group
+        return groups + ["dt_pool"]
     role = hostvars.get("dt_role")
     if role == "master":
         groups += ["dt_master", "dt_workers"]

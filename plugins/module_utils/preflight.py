@@ -225,6 +225,7 @@ WHOLE_NUMBERS = {
     "max_workers": (1, "workers the job may have, the master counted", 8),
     "count": (1, "workers to add or remove", 2),
     "dt_desired_workers": (0, "workers the job should have, the master counted; 0 keeps the size", 4),
+    "dt_warm_pool_size": (0, "stopped, configured workers kept for add_workers; 0 empties the pool", 2),
     "dt_join_timeout": (1, "seconds to wait for the launcher's ADDED", 600),
     "dt_leave_timeout": (1, "seconds to wait for the launcher's REMOVED", 600),
     "dt_master_lost_timeout": (1, "seconds a master may not answer SSH before bootstrap replaces it", 120),

@@ -29,7 +29,8 @@ description:
     (the master counts), after the joins and removals above.
   - Instances that C(add_workers) or C(remove_workers) are handling right now (status
     C(ADD_QUEUED) with a launch token, C(REMOVAL_QUEUED)) are left alone for O(timeout) seconds,
-    counted from the launch (C(ADD_QUEUED)) or from when the status was set (C(REMOVAL_QUEUED)).
+    counted from when the status was set (C(status_time)), else from the launch (an add's new
+    instances; a worker an add took from the warm pool carries the time it was taken).
     An operation still queued after that was interrupted (Ctrl-C, a lost controller) or failed,
     and reconcile finishes it or rolls it back.
   - C(expired_adds) - C(ADD_QUEUED) past O(timeout), not in C(host_worker); tag C(ADD_FAILED),
@@ -75,7 +76,7 @@ options:
   timeout:
     description:
       - Seconds an instance belongs to the C(add_workers) / C(remove_workers) that queued it
-        (C(ADD_QUEUED) from its launch, C(REMOVAL_QUEUED) from when the status was set); longer than
+        (from when the status was set, else from its launch); longer than
         any add (launch, configure, data preparation and C(dt_join_timeout)) or removal takes.
     type: int
     default: 1800
@@ -197,9 +198,10 @@ def queued(node):
 
 
 def queued_since(node):
-    """When the operation that queued the node started (epoch s): the launch for an add, the status tag's time
-    (else the launch) for a removal; None when unknown."""
-    since = epoch(node.get("status_time")) if node.get("status") == "REMOVAL_QUEUED" else None
+    """When the operation that queued the node started (epoch s): the status tag's time, else the launch
+    (an add's own launch tags no time; a worker an add took from the warm pool was launched long
+    before, and stamped when it was taken); None when unknown."""
+    since = epoch(node.get("status_time"))
     return since if since is not None else epoch(node.get("launch_time"))
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -101,8 +102,11 @@ def _playbook_cmd(name, extra):
 def playbook(env, name, extra, timeout=1200):
     """Run `ansible-playbook <name>.yml` at the root in a user's shell (user_env(); `env`
     is the test's own environment, for its boto3 and podman calls); returns (rc, output)."""
+    t0 = time.monotonic()
     proc = subprocess.run(_playbook_cmd(name, extra), cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    # where an e2e's time goes (pytest -s, or the captured output of a failure)
+    print("e2e: %s.yml rc=%d %.1f s" % (name, proc.returncode, time.monotonic() - t0), flush=True)
     return proc.returncode, proc.stdout
 
 

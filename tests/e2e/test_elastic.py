@@ -1,4 +1,5 @@
-"""Issue 3 end to end on the local cloud: while the job trains, add 2 workers,
+"""Issue 3 end to end on the local cloud: while the job trains, add 2 workers (issue 28: one of
+them started from the warm pool bootstrap filled, which reconcile refills later),
 remove the newest, remove a base worker, kill a worker's container outright,
 then add a worker again (issue 9: the lost node must not hold it up), drain a
 worker on a spot notice, reconcile (clean up the lost and drained nodes, join an
@@ -62,8 +63,9 @@ def _boto(env, service, region="us-east-1"):
 STARTED = time.time()
 
 
-def _nodes(env):
-    """This run's instances by private IP (earlier runs' terminated ones left out)."""
+def _nodes(env, pool=False):
+    """This run's instances by private IP (earlier runs' terminated ones left out); pool=True: the
+    warm pool's instead."""
     out = {}
     for r in _boto(env, "ec2").describe_instances(Filters=[
             {"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]}])["Reservations"]:
@@ -73,6 +75,8 @@ def _nodes(env):
             tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
             if tags.get("dynatrain:role") == "image-builder":
                 continue  # bake_image.yml's builder (terminated once the image is made) is no node
+            if (tags.get("dynatrain:group") == "pool") != pool:
+                continue  # the warm pool's workers (stopped) are no nodes of the job
             ip = i["PrivateIpAddress"]
             if ip in out and out[ip]["launch"] > i["LaunchTime"]:
                 continue  # an address re-used by a later instance: the newest one is the node
@@ -163,8 +167,13 @@ def test_elastic_membership_end_to_end(cloud):
             {"Name": "tag:dynatrain:image", "Values": ["dynatrain-node"]}])["Images"]]
         assert len(baked) == 1, out[-3000:]
 
-        _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
+        # issue 28: with a warm pool of one worker, configured and prepared, then stopped
+        _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW, "dt_warm_pool_size": 1})
         job = _job(env)
+        pooled = _nodes(env, pool=True)
+        assert [n["state"] for n in pooled.values()] == ["stopped"], pooled
+        (pooled_ip, pooled_node), = pooled.items()
+        assert os.path.exists(os.path.join(job.efs_dir(), "prepare_data_success_" + pooled_ip))
         efs = job.efs_dir()
         nodes = _nodes(env)
         booted = {i["ImageId"] for r in _boto(env, "ec2").describe_instances(InstanceIds=[n["id"] for n in nodes.values()])[
@@ -175,7 +184,7 @@ def test_elastic_membership_end_to_end(cloud):
         job.wait_for("training to start", lambda: job.status().get("step", 0) > 0, 300)
 
         # bootstrap is idempotent: run again as typed, with the job training, it changes nothing
-        out = _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW})
+        out = _run_ok(env, "bootstrap", {"worker_count": 1, "dt_train_script_args": TRAIN + SLOW, "dt_warm_pool_size": 1})
         changes = _recap_changes(out)
         assert changes and not any(changes.values()), "bootstrap again changed something: %s\n%s" % (
             changes, out[-5000:])
@@ -193,11 +202,15 @@ def test_elastic_membership_end_to_end(cloud):
         assert sorted(entry[:2] for entry in _log(job)) == [(0, "ADDED"), (1, "ADDED")]
         assert {entry[2] for entry in _log(job)} == {base, master}
 
-        # add 2 while training
-        _run_ok(env, "add_workers", {"count": 2})
+        # add 2 while training: the warm pool's worker is started (same instance, address and disk), one launched
+        t0 = time.monotonic()
+        out = _run_ok(env, "add_workers", {"count": 2})
+        print("add_workers count=2 (1 from the warm pool, 1 launched): %.1f s" % (time.monotonic() - t0), flush=True)
         nodes = _nodes(env)
         added = sorted(ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "elastic")
-        assert len(added) == 2
+        assert len(added) == 2 and pooled_ip in added, (added, pooled_ip)
+        assert nodes[pooled_ip]["id"] == pooled_node["id"] and nodes[pooled_ip]["state"] == "running"
+        assert not _nodes(env, pool=True), out[-3000:]
         assert all(nodes[ip]["tags"]["elastic_worker_status"] == "ADDED" for ip in added)
         assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
         assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
@@ -302,10 +315,13 @@ def test_elastic_membership_end_to_end(cloud):
         assert CLUSTER + "-aws-dl-cfn-elastic-worker" in {t["Key"] for t in console.get("Tags", [])}
         # one reconcile pass: the lost and the drained nodes are cleaned up, the console instance joins,
         # and dt_desired_workers=3 launches one replacement
+        # issue 28: and it refills the warm pool that add_workers took from
         t0 = time.monotonic()
-        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3})
+        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3, "dt_warm_pool_size": 1})
         reconcile_s = time.monotonic() - t0
-        print("reconcile (clean up 2, join 1, launch 1): %.1f s" % reconcile_s, flush=True)
+        print("reconcile (clean up 2, join 1, launch 1, refill the pool): %.1f s" % reconcile_s, flush=True)
+        refilled = _nodes(env, pool=True)
+        assert [n["state"] for n in refilled.values()] == ["stopped"] and pooled_ip not in refilled, out[-3000:]
         nodes = _nodes(env)
         assert nodes[victim]["tags"]["elastic_worker_status"] == "FAILED", out[-3000:]
         assert nodes[victim]["state"] in ("shutting-down", "terminated")
@@ -334,6 +350,7 @@ def test_elastic_membership_end_to_end(cloud):
         finally:
             add_out = add.communicate(timeout=1200)[0]
         assert add.returncode == 0, "add_workers (concurrent) failed:\n" + add_out[-5000:]
+        assert "takes nothing from the warm pool" in " ".join(add_out.split()), add_out[-3000:]  # on-demand only
         concurrent = [ip for ip in _nodes(env) if ip not in before]
         assert len(concurrent) == 1, concurrent
         assert _nodes(env)[concurrent[0]]["tags"]["elastic_worker_status"] == "ADDED"

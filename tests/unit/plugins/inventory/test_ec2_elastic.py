@@ -186,6 +186,7 @@ def test_host_vars_complete():
         "dt_launch_time": "2024-05-01T12:30:00+00:00",
         "dt_tags": {"dynatrain:cluster": "c1", "c1-aws-dl-cfn-elastic-worker": "", "elastic_worker_status": "removal_queued"},
         "dt_elastic": True,
+        "dt_pool": False,
         "dt_state": "running",
         "dt_availability_zone": "us-east-1b",
         "dt_private_dns_name": "ip-10-0-0-5.ec2.internal",
@@ -221,6 +222,11 @@ def test_host_vars_complete():
             ["dt_cluster_c", "dt_workers", "dt_elastic", "dt_status_add_failed", "dt_spot"],
         ),
         ({"dt_cluster": "c-1", "dt_role": None, "dt_status": "WEIRD"}, ["dt_cluster_c_1"]),
+        # a warm-pool worker: in its cluster and dt_pool only (no worker process: not in dt_workers)
+        (
+            {"dt_cluster": "c", "dt_role": "worker", "dt_elastic": True, "dt_status": "ADD_QUEUED", "dt_pool": True},
+            ["dt_cluster_c", "dt_pool"],
+        ),
         ({"dt_cluster": "c", "dt_role": "worker", "dt_lifecycle": "on-demand"}, ["dt_cluster_c", "dt_workers", "dt_base"]),
     ],
 )

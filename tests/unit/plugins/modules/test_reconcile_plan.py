@@ -147,6 +147,17 @@ def test_an_add_within_its_timeout_is_left_alone_and_counts_towards_the_size():
     assert all(out[k] == [] for k in rp.KEYS) and out["launch"] == 0
 
 
+def test_a_worker_taken_from_the_warm_pool_belongs_to_its_add_from_when_it_was_taken():
+    # pooled a day ago (its launch), taken a minute ago: the add that took it owns it
+    taken = queued(D, "ADD_QUEUED", age=86400, status_age=60)
+    out = rp.plan([MASTER, node(A), taken], [A, M], LOG[:2], desired=3, timeout=900, now=NOW)
+    assert all(out[k] == [] for k in rp.KEYS) and out["launch"] == 0
+    # taken an hour ago and never joined: an interrupted add, rolled back
+    stuck = queued(D, "ADD_QUEUED", age=86400, status_age=3600)
+    out = rp.plan([MASTER, node(A), stuck], [A, M], LOG[:2], desired=3, timeout=900, now=NOW)
+    assert ids(out["expired_adds"]) == [D] and out["launch"] == 1
+
+
 def test_an_add_interrupted_after_the_host_worker_edit_is_finished_or_rolled_back():
     joined = queued(D, "ADD_QUEUED", age=3600)
     confirmed = LOG[:2] + [{"seq": 2, "event": "ADDED", "ip": D, "ns": ns(NOW - 3000)}]
