@@ -15,9 +15,11 @@ container, so:
   image of this cloud (`remove_all`): moto's AMI records die with the daemon.
 
 A commit keeps what the roles wrote on the root file system (packages, the
-venv, the node runtime) and nothing of the instance: host keys, the key pair's
-key and sshd's address are made again by localcloud-init at each boot, and the
-instance directory and EFS are bind mounts, which a commit never contains.
+venv, the node runtime) and nothing of the instance: host keys are made again
+by localcloud-init at the first boot of each instance (its marker holds the
+instance id they belong to), the key pair's key and sshd's address at each
+boot, and the instance directory and EFS are bind mounts, which a commit never
+contains. A stopped instance can be imaged too (its container is kept).
 """
 
 from __future__ import annotations

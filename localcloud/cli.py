@@ -300,6 +300,8 @@ def cmd_status(args):
         extra = []
         if i.get("lost"):
             extra.append("LOST: " + i["lost"])
+        if i.get("halted"):
+            extra.append("stopped by its instance: container kept")
         if i.get("interruption"):
             extra.append("spot interruption at " + i["interruption"]["time"])
         print(

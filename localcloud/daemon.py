@@ -237,6 +237,8 @@ def run():
     threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
 
     moto_compat.apply()
+    # Our reconciler settles stopping -> stopped and pending -> running once the node did.
+    moto_compat.use_transitions(True)
     quotas.apply()
     node_ami_in_every_region()
     baked_images.apply(home)  # CreateImage -> podman commit (localcloud/baked_images.py)

@@ -43,9 +43,19 @@ OS) as `InstanceStatus: impaired` (its reachability check failed) while the inst
 `podman kill`, an OOM) is `impaired` the same way (`set_impaired`), until the instance is gone;
 bootstrap replaces a silent master only with that second signal.
 
+EC2's StopInstances leaves an instance `stopping` until its machine has shut down, then `stopped`;
+StartInstances leaves it `pending` until it booted, then `running`. moto jumps to `stopped` and
+`running` at once. With `use_transitions(True)` (the daemon: its reconciler stops and starts the
+nodes) the instance stays `stopping`/`pending` until the reconciler calls `settle()`. Without it
+(an in-process moto with no reconciler, as the playbook tests run) nobody would settle them, so
+moto's immediate states stay. Either way, as on EC2, starting a pending/running instance or
+stopping a stopping/stopped one changes nothing (moto drew a new public IP for a running one),
+and a terminated instance, or a stopping one asked to start, is refused (IncorrectInstanceState).
+
 `apply()` must run before the moto server handles its first request.
 """
 
+import copy
 import ipaddress
 import json
 import os
@@ -412,6 +422,112 @@ def _patch_instance_status():
     Instance.instance_status = property(instance_status)
 
 
+STATE_CODES = {"pending": 0, "running": 16, "shutting-down": 32, "terminated": 48, "stopping": 64, "stopped": 80}
+# One lock for every state change of an instance we make or patch (stop, start, terminate,
+# settle): moto's server answers requests on several threads and the reconciler settles from
+# its own, so "still stopping? then stopped" must not interleave with a TerminateInstances.
+_state_lock = threading.RLock()
+_transitions = {"enabled": False}
+
+
+def use_transitions(enabled=True):
+    """Leave stopped/started instances `stopping`/`pending` until settle() (the daemon's reconciler)."""
+    _transitions["enabled"] = bool(enabled)
+
+
+def _find_instance(instance_id):
+    from moto.ec2.models import ec2_backends
+
+    # dict.values: moto's backend dicts make a backend on a missing key; only look at existing ones.
+    for account in list(dict.values(ec2_backends)):
+        for backend in list(dict.values(account)):
+            for reservation in list(backend.reservations.values()):
+                for instance in reservation.instances:
+                    if instance.id == instance_id:
+                        return instance
+    return None
+
+
+def _set_state(instance, name):
+    instance._state.name = name
+    instance._state.code = STATE_CODES[name]
+
+
+def settle(instance_id, from_state, to_state):
+    """Move an instance to to_state if it is still in from_state (True when it moved).
+
+    The reconciler: `stopping` -> `stopped` once its container stopped, `pending` -> `running`
+    once the node answers. A request in between (a TerminateInstances, a StopInstances of a
+    starting instance) wins: the instance is no longer in from_state and stays as it is.
+    """
+    with _state_lock:
+        instance = _find_instance(instance_id)
+        if instance is None or instance.state != from_state:
+            return False
+        _set_state(instance, to_state)
+        return True
+
+
+def _incorrect_state(instance, verb):
+    from moto.ec2.exceptions import EC2ClientError
+
+    return EC2ClientError(
+        "IncorrectInstanceState", "The instance '%s' is not in a state from which it can be %s." % (instance.id, verb)
+    )
+
+
+def _patch_stop_start():
+    from moto.core.utils import utcnow
+    from moto.ec2.models.instances import Instance, StateReason
+
+    stop, start, terminate = Instance.stop, Instance.start, Instance.terminate
+
+    # With transitions, moto's stop/start are done here in an order where no request ever sees
+    # `stopped`/`running` (moto's end states) before the reconciler settles them: a waiter
+    # (instance_stopped) would take a node for stopped while it still runs.
+    def patched_stop(self):
+        with _state_lock:
+            if self.state in ("stopping", "stopped"):
+                return copy.copy(self._state)  # already on its way: nothing changes, as on EC2
+            if self.state in ("shutting-down", "terminated"):
+                raise _incorrect_state(self, "stopped")
+            if not _transitions["enabled"]:
+                return stop(self)
+            previous = copy.copy(self._state)
+            _set_state(self, "stopping")
+            for nic in self.nics.values():
+                nic.stop()  # releases an auto-assigned public IP, as EC2 does
+            self._reason = "User initiated (%s)" % utcnow().strftime("%Y-%m-%d %H:%M:%S UTC")
+            self.state_reason = StateReason(
+                "Client.UserInitiatedShutdown: User initiated shutdown", "Client.UserInitiatedShutdown"
+            )
+            return previous
+
+    def patched_start(self):
+        with _state_lock:
+            if self.state in ("pending", "running"):
+                return copy.copy(self._state)  # moto would draw a new public IP for a running instance
+            if self.state != "stopped":
+                raise _incorrect_state(self, "started")
+            if not _transitions["enabled"]:
+                return start(self)
+            previous = copy.copy(self._state)
+            _set_state(self, "pending")
+            for nic in self.nics.values():
+                nic.start()  # a new public IP when the subnet/template maps them (check_auto_public_ip)
+            self._reason = ""
+            self.state_reason = StateReason()
+            return previous
+
+    def patched_terminate(self):
+        with _state_lock:
+            return terminate(self)
+
+    Instance.stop = patched_stop
+    Instance.start = patched_start
+    Instance.terminate = patched_terminate
+
+
 def _missing_boundary(backend, arn):
     """IAM refuses a permissions boundary that is not a policy of the account (moto takes any ARN)."""
     if not arn or ":iam::aws:policy/" in arn:      # AWS-managed: moto may not load them; IAM has them
@@ -475,6 +591,7 @@ def apply():
     _patch_instance_status()
     _patch_bucket_policy_conditions()
     _patch_permissions_boundary()
+    _patch_stop_start()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

@@ -63,5 +63,15 @@ def remove(name, timeout=10):
     return run(["rm", "-f", "-t", "2", name], check=False, timeout=timeout + 60)
 
 
+def stop(name, timeout=30):
+    """Shut the container down (systemd gets SIGRTMIN+3, SIGKILL after `timeout` s) and keep it."""
+    return run(["stop", "-t", str(timeout), name], check=False, timeout=timeout + 60)
+
+
+def start(name, timeout=120):
+    """Boot a stopped container again: the same root file system, volumes and labels."""
+    return run(["start", name], timeout=timeout)
+
+
 def exec_(name, cmd, timeout=60):
     return run(["exec", name] + list(cmd), check=False, timeout=timeout)

@@ -2,8 +2,14 @@
 
 moto only keeps records; this loop turns every pending/running EC2 instance
 into a podman container (its "machine"), serves its IMDS, gives it the EFS
-file systems of its VPC, and removes containers whose instance stopped,
-terminated or vanished.
+file systems of its VPC, and removes containers whose instance terminated or
+vanished.
+
+A stopped instance keeps its machine, as an EBS-backed EC2 instance keeps its
+root volume: StopInstances -> `halt` (`podman stop`, the container kept, its
+IMDS gone), then moto_compat.settle() moves the instance from `stopping` to
+`stopped`; StartInstances -> `resume` (`podman start` of the same container:
+same disk, same host keys), `pending` until its sshd answers, then `running`.
 
 `plan()` is the decision, a pure function of what moto says and what podman
 has, so it is unit-tested without either. `Reconciler` gathers the inputs,
@@ -11,8 +17,10 @@ runs `plan()` and carries the actions out.
 
 A container that dies on its own (a test's `podman kill`, an OOM) is a lost
 node: its instance stays "running" in EC2, exactly like a hung machine, and
-we never re-create it. Only containers we removed ourselves (stop/terminate)
-can come back, when a stopped instance is started again.
+we never re-create or restart it. Only containers we stopped ourselves
+(`halted`: the instance was stopped) are started again, when their instance
+is; a lost node whose instance is stopped is halted like any other (the EC2
+remedy for an impaired instance: stop and start it).
 """
 
 import ipaddress
@@ -30,8 +38,12 @@ from .imds import ImdsRegistry, InstanceMetadata
 log = logging.getLogger("localcloud.reconciler")
 
 LIVE_STATES = ("pending", "running")
+HALT_STATES = ("stopping", "stopped")  # the machine is off, its disk kept
 SSH_WAIT_S = 30  # bound on "container created -> sshd answers"
-MAX_CREATE_ATTEMPTS = 3
+MAX_CREATE_ATTEMPTS = 3  # also bounds the tries to start a halted container
+# What EC2 gives the OS to shut down on StopInstances before it pulls the plug (systemd
+# in the node stops its services on SIGRTMIN+3); podman kills it after that.
+STOP_TIMEOUT_S = 30
 
 Instance = namedtuple(
     "Instance",
@@ -41,7 +53,7 @@ Instance = namedtuple(
 Instance.__new__.__defaults__ = (None,) * 14  # only id is required (tests build partial ones)
 
 Action = namedtuple("Action", "kind instance_id reason")
-# kind: create | remove | lost | adopt | skip | mount
+# kind: create | remove | lost | adopt | skip | mount | halt (stop, keep) | resume (start it again)
 
 
 def is_loopback(ip):
@@ -55,23 +67,39 @@ def wants_node(inst):
     return inst.state in LIVE_STATES and bool(inst.private_ip) and is_loopback(inst.private_ip)
 
 
-def plan(instances, containers, created, creating):
+def keeps_node(inst):
+    """A container for it is kept: running (pending/running) or stopped with its disk (stopping/stopped)."""
+    return inst.state in LIVE_STATES + HALT_STATES and bool(inst.private_ip) and is_loopback(inst.private_ip)
+
+
+def plan(instances, containers, created, busy, halted=frozenset()):
     """Decide what to do. Pure.
 
     instances: [Instance] from every region; containers: {name: podman state}
     of this cloud; created: ids whose container we made and still own;
-    creating: ids being created right now (a thread is on it).
+    busy: ids a thread is working on right now (create, halt, resume);
+    halted: ids whose container we stopped because their instance was stopped.
     """
     actions = []
     by_id = {i.id: i for i in instances}
-    live = {i.id for i in instances if wants_node(i)}
+    kept = {i.id for i in instances if keeps_node(i)}
     for name in sorted(containers):
-        if name in live or name in creating:
+        if name in kept or name in busy:
             continue
         inst = by_id.get(name)
         why = "instance %s" % inst.state if inst else "no such instance"
         actions.append(Action("remove", name, why))
     for inst in sorted(instances, key=lambda i: i.id):
+        if inst.id in busy:
+            continue
+        state = containers.get(inst.id)
+        if inst.state in HALT_STATES:
+            # `stopping` until the container stopped (halt settles it `stopped`); a
+            # container found running while stopped (started by hand) is halted again.
+            # An API-only instance (no container) is halted too: it must reach `stopped`.
+            if inst.state == "stopping" or state == "running":
+                actions.append(Action("halt", inst.id, "instance %s" % inst.state))
+            continue
         if inst.state not in LIVE_STATES:
             continue
         if not wants_node(inst):
@@ -79,19 +107,21 @@ def plan(instances, containers, created, creating):
             # they exist in the API only. The local VPC is 127.77.0.0/16.
             actions.append(Action("skip", inst.id, "private IP %s is not a loopback address" % inst.private_ip))
             continue
-        if inst.id in creating:
-            continue
-        state = containers.get(inst.id)
         if state is None:
-            if inst.id in created:
+            if inst.id in created and inst.id not in halted:
                 actions.append(Action("lost", inst.id, "container gone"))
             else:
+                # New, or its stopped container was removed (by hand): a new machine.
                 actions.append(Action("create", inst.id, "instance %s" % inst.state))
+        elif inst.id in halted:
+            # Started again after we stopped it: the same container, disk and host keys.
+            actions.append(Action("resume", inst.id, "instance %s, container %s" % (inst.state, state)))
         elif inst.id not in created:
             # Ours (same state dir) but made before we started, e.g. after a
             # daemon restart: adopt it rather than replace a working node.
             actions.append(Action("adopt", inst.id, "container %s" % state))
         elif state != "running":
+            # Died on its own (we did not halt it): a lost node, never restarted.
             actions.append(Action("lost", inst.id, "container %s" % state))
     return actions
 
@@ -141,11 +171,13 @@ class Reconciler:
         self.imds = ImdsRegistry()
         self.lock = threading.Lock()
         self.created = set()
-        self.creating = set()
+        self.busy = set()  # a create/halt/resume thread is on it
+        self.halted = set()  # we stopped its container because its instance was stopped
         self.lost = {}  # id -> reason (logged once)
         self.skipped = set()
         self.attempts = {}
         self.mounted = {}  # id -> set of fs ids visible in the container
+        self.volumes = {}  # id -> fs ids given at creation (-v): podman mounts them at every start
         self.known_fs = set()
         self.terminations = {}  # id -> (region, unix time)
         self.threads = []
@@ -198,7 +230,7 @@ class Reconciler:
         instances, containers, fs_vpcs = self.gather()
         self._sync_efs_dirs(fs_vpcs)
         with self.lock:
-            actions = plan(instances, containers, set(self.created), set(self.creating))
+            actions = plan(instances, containers, set(self.created), set(self.busy), set(self.halted))
             actions += plan_mounts(instances, containers, self.created, self.mounted, fs_vpcs)
             self.last = {"instances": instances, "containers": containers, "fs_vpcs": fs_vpcs, "at": time.time()}
         by_id = {i.id: i for i in instances}
@@ -213,6 +245,8 @@ class Reconciler:
         if a.instance_id not in self.skipped:
             self.skipped.add(a.instance_id)
             log.warning("%s: no node: %s (launch it in a 127.x subnet)", a.instance_id, a.reason)
+        # Started again (StartInstances): no machine to wait for.
+        moto_compat.settle(a.instance_id, "pending", "running")
 
     def _do_adopt(self, a, inst, fs_vpcs):
         log.info("%s: adopting existing container (%s)", a.instance_id, a.reason)
@@ -232,41 +266,70 @@ class Reconciler:
         podman.remove(a.instance_id)
         with self.lock:
             self.created.discard(a.instance_id)
+            self.halted.discard(a.instance_id)
             self.lost.pop(a.instance_id, None)
             self.mounted.pop(a.instance_id, None)
+            self.volumes.pop(a.instance_id, None)
             self.attempts.pop(a.instance_id, None)
         moto_compat.set_impaired(a.instance_id, None)
         shutil.rmtree(config.instance_dir(a.instance_id), ignore_errors=True)
+
+    def _start_thread(self, kind, target, *args):
+        # One thread per node: a bootstrap launches several at once and each
+        # takes a second or two until sshd answers (a stop: until systemd shut down).
+        with self.lock:
+            self.busy.add(args[0].id)
+        t = threading.Thread(target=target, args=args, name="%s-%s" % (kind, args[0].id), daemon=True)
+        self.threads.append(t)
+        t.start()
 
     def _do_create(self, a, inst, fs_vpcs):
         n = self.attempts.get(inst.id, 0)
         if n >= MAX_CREATE_ATTEMPTS:
             return
         self.attempts[inst.id] = n + 1
-        with self.lock:
-            self.creating.add(inst.id)
-        # One thread per node: a bootstrap launches several at once and each
-        # takes a second or two until sshd answers.
-        t = threading.Thread(
-            target=self._create, args=(inst, efs_for(inst, fs_vpcs)), name="create-" + inst.id, daemon=True
-        )
-        self.threads.append(t)
-        t.start()
+        self._start_thread("create", self._create, inst, efs_for(inst, fs_vpcs))
+
+    def _write_instance_files(self, inst):
+        """What localcloud-init reads at each boot (the instance dir, mounted read-only)."""
+        idir = config.instance_dir(inst.id)
+        os.makedirs(idir, exist_ok=True)
+        with open(os.path.join(idir, "authorized_keys"), "w") as f:
+            f.write((inst.public_key or "").strip() + "\n")
+        # Read by localcloud-init.service (systemd gives services a clean environment).
+        # Written again before a stopped node starts: EC2 gives it a new public IP.
+        with open(os.path.join(idir, "instance.env"), "w") as f:
+            f.write(
+                "LOCALCLOUD_PRIVATE_IP=%s\nLOCALCLOUD_PUBLIC_IP=%s\nLOCALCLOUD_INSTANCE_ID=%s\n"
+                "LOCALCLOUD_HOSTNAME=%s\n"
+                % (inst.private_ip, inst.public_ip or "", inst.id, short_hostname(inst.private_ip))
+            )
+        return idir
+
+    def _await_sshd(self, inst, start, what, fs_ids=()):
+        """Log how long the node took until its sshd answered (or that it did not)."""
+        if wait_ssh(inst.private_ip):
+            log.info(
+                "%s: node %s, sshd on %s:22 after %.1f s (efs: %s)",
+                inst.id,
+                what,
+                ", ".join(filter(None, (inst.private_ip, inst.public_ip))),
+                time.monotonic() - start,
+                ",".join(fs_ids) or "-",
+            )
+            # sshd binds both addresses at once; say so if the public one failed
+            # (e.g. taken by a node of another local cloud).
+            if inst.public_ip and not wait_ssh(inst.public_ip, timeout=5):
+                log.warning("%s: sshd silent on its public address %s:22", inst.id, inst.public_ip)
+        else:
+            log.warning(
+                "%s: container started but sshd on %s:22 silent after %d s", inst.id, inst.private_ip, SSH_WAIT_S
+            )
 
     def _create(self, inst, fs_ids):
         start = time.monotonic()
         try:
-            idir = config.instance_dir(inst.id)
-            os.makedirs(idir, exist_ok=True)
-            with open(os.path.join(idir, "authorized_keys"), "w") as f:
-                f.write((inst.public_key or "").strip() + "\n")
-            # Read by localcloud-init.service (systemd gives services a clean environment).
-            with open(os.path.join(idir, "instance.env"), "w") as f:
-                f.write(
-                    "LOCALCLOUD_PRIVATE_IP=%s\nLOCALCLOUD_PUBLIC_IP=%s\nLOCALCLOUD_INSTANCE_ID=%s\n"
-                    "LOCALCLOUD_HOSTNAME=%s\n"
-                    % (inst.private_ip, inst.public_ip or "", inst.id, short_hostname(inst.private_ip))
-                )
+            idir = self._write_instance_files(inst)
             os.makedirs(config.efs_dir(), exist_ok=True)
             args = [
                 "run",
@@ -303,23 +366,12 @@ class Reconciler:
             podman.run(args, timeout=120)
             with self.lock:
                 self.created.add(inst.id)
+                self.halted.discard(inst.id)
                 self.mounted[inst.id] = set(fs_ids)
-            if wait_ssh(inst.private_ip):
-                log.info(
-                    "%s: node up, sshd on %s:22 after %.1f s (efs: %s)",
-                    inst.id,
-                    ", ".join(filter(None, (inst.private_ip, inst.public_ip))),
-                    time.monotonic() - start,
-                    ",".join(fs_ids) or "-",
-                )
-                # sshd binds both addresses at once; say so if the public one failed
-                # (e.g. taken by a node of another local cloud).
-                if inst.public_ip and not wait_ssh(inst.public_ip, timeout=5):
-                    log.warning("%s: sshd silent on its public address %s:22", inst.id, inst.public_ip)
-            else:
-                log.warning(
-                    "%s: container started but sshd on %s:22 silent after %d s", inst.id, inst.private_ip, SSH_WAIT_S
-                )
+                self.volumes[inst.id] = set(fs_ids)
+            self._await_sshd(inst, start, "up", fs_ids)
+            # A stopped instance whose container was gone gets a new one: started (no-op when running).
+            moto_compat.settle(inst.id, "pending", "running")
         except Exception as e:  # keep the loop alive; plan() retries (bounded)
             log.error(
                 "%s: create failed (attempt %d/%d): %s", inst.id, self.attempts.get(inst.id, 0), MAX_CREATE_ATTEMPTS, e
@@ -327,7 +379,67 @@ class Reconciler:
             podman.remove(inst.id)
         finally:
             with self.lock:
-                self.creating.discard(inst.id)
+                self.busy.discard(inst.id)
+
+    def _do_halt(self, a, inst, fs_vpcs):
+        self._start_thread("halt", self._halt, inst)
+
+    def _halt(self, inst):
+        """StopInstances: shut the node down and keep it (its disk), then `stopping` -> `stopped`."""
+        start = time.monotonic()
+        try:
+            # Also for a container that already exited (a lost node): stopping it is the
+            # EC2 remedy, and the next start boots it again. IMDS: _sync_imds stops it.
+            r = podman.stop(inst.id, timeout=STOP_TIMEOUT_S)
+            gone = r.returncode != 0 and "no such container" in r.stderr.lower()
+            if r.returncode != 0 and not gone:
+                log.error("%s: stopping the container failed (%d): %s", inst.id, r.returncode, r.stderr.strip())
+                return  # still `stopping`: plan() halts it again
+            with self.lock:
+                self.halted.add(inst.id)
+                self.lost.pop(inst.id, None)
+                self.attempts.pop(inst.id, None)
+            moto_compat.set_impaired(inst.id, None)
+            moto_compat.settle(inst.id, "stopping", "stopped")
+            if gone:
+                log.info("%s: instance stopped (no container)", inst.id)
+            else:
+                log.info("%s: node stopped after %.1f s, container kept", inst.id, time.monotonic() - start)
+        except Exception as e:  # keep the loop alive; plan() halts it again
+            log.error("%s: stop failed: %s", inst.id, e)
+        finally:
+            with self.lock:
+                self.busy.discard(inst.id)
+
+    def _do_resume(self, a, inst, fs_vpcs):
+        n = self.attempts.get(inst.id, 0)
+        if n >= MAX_CREATE_ATTEMPTS:
+            return
+        self.attempts[inst.id] = n + 1
+        self._start_thread("resume", self._resume, inst)
+
+    def _resume(self, inst):
+        """StartInstances of an instance we halted: boot the same container, then `pending` -> `running`."""
+        start = time.monotonic()
+        try:
+            self._write_instance_files(inst)
+            podman.start(inst.id)
+            with self.lock:
+                self.halted.discard(inst.id)
+                self.attempts.pop(inst.id, None)
+                # The -v volumes came back with it; bind mounts made later did not (a new
+                # mount namespace): plan_mounts makes them again.
+                self.mounted[inst.id] = set(self.volumes.get(inst.id, ()))
+            self._await_sshd(inst, start, "started again (same container)", sorted(self.volumes.get(inst.id, ())))
+            # EC2 says `running` once the machine booted, whether its OS answers or not.
+            moto_compat.settle(inst.id, "pending", "running")
+        except Exception as e:  # keep the loop alive; plan() retries (bounded)
+            log.error(
+                "%s: start failed (attempt %d/%d): %s", inst.id, self.attempts.get(inst.id, 0), MAX_CREATE_ATTEMPTS, e
+            )
+        finally:
+            with self.lock:
+                self.busy.discard(inst.id)
 
     def _do_mount(self, a, inst, fs_vpcs):
         fs = a.reason
@@ -422,6 +534,7 @@ class Reconciler:
                         "vpc_id": i.vpc_id,
                         "container": last["containers"].get(i.id),
                         "lost": self.lost.get(i.id),
+                        "halted": i.id in self.halted,
                         "efs": sorted(self.mounted.get(i.id, ())),
                         "imds": i.id in self.imds.servers,
                         "interruption": (

@@ -172,7 +172,8 @@ def test_elastic_membership_end_to_end(cloud):
         job = _job(env)
         pooled = _nodes(env, pool=True)
         assert [n["state"] for n in pooled.values()] == ["stopped"], pooled
-        (pooled_ip, pooled_node), = pooled.items()
+        pooled_ip = next(iter(pooled))
+        pooled_node = pooled[pooled_ip]
         assert os.path.exists(os.path.join(job.efs_dir(), "prepare_data_success_" + pooled_ip))
         efs = job.efs_dir()
         nodes = _nodes(env)
