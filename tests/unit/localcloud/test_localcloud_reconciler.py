@@ -264,7 +264,7 @@ def test_resume_that_failed_is_retried_a_bounded_number_of_times(halting):
     monkeypatch.setattr(reconciler.Reconciler, "_start_thread", lambda self, kind, target, *args: target(*args))
     node = inst("i-a", state="pending")
     r.created, r.halted = {"i-a"}, {"i-a"}
-    for _ in range(reconciler.MAX_CREATE_ATTEMPTS + 2):
+    for _attempt in range(reconciler.MAX_CREATE_ATTEMPTS + 2):
         r._do_resume(Action("resume", "i-a", "instance pending"), node, {})
     assert r.attempts["i-a"] == reconciler.MAX_CREATE_ATTEMPTS
     assert r.halted == {"i-a"} and calls == []  # still pending, still its container
