@@ -175,6 +175,8 @@ def test_elastic_membership_end_to_end(cloud):
         pooled_ip = next(iter(pooled))
         pooled_node = pooled[pooled_ip]
         assert os.path.exists(os.path.join(job.efs_dir(), "prepare_data_success_" + pooled_ip))
+        out = _run_ok(env, "status", {})
+        assert "Warm pool: 1 worker(s): %s %s stopped" % (pooled_ip, pooled_node["id"]) in " ".join(out.split()), out[-3000:]
         efs = job.efs_dir()
         nodes = _nodes(env)
         booted = {i["ImageId"] for r in _boto(env, "ec2").describe_instances(InstanceIds=[n["id"] for n in nodes.values()])[

@@ -25,6 +25,8 @@ CLUSTER_TAG = "dynatrain:cluster"
 MUTATING = re.compile(r"^[a-z0-9-]+:(Create|Delete|Terminate|Run|Modify|Attach|Detach|Put|Associate|"
                       r"Disassociate|Start|Stop|Reboot|Update|Replace|Authorize|Revoke)")
 
+# amazon.aws.ec2_instance's state -> the call it makes beyond MODULE_ACTIONS
+STATE_ACTIONS = {"stopped": "ec2:StopInstances", "running": "ec2:StartInstances"}
 # The AWS calls of each module a pass uses (amazon.aws / community.aws sources).
 MODULE_ACTIONS = {
     "amazon.aws.ec2_instance_info": {"ec2:DescribeInstances"},
@@ -158,10 +160,19 @@ def _reconcile_files():
         todo += [ROOT / "playbooks" / f"{n}.yml" for n in re.findall(r"import_playbook: dynatrain\.elastic\.(\w+)", text)]
         todo += [ROOT / "roles" / role / "tasks" / name
                  for role, name in re.findall(r"name: dynatrain\.elastic\.(\w+)\s+tasks_from: (\S+\.yml)", text)]
-        todo += [path.parent / n for n in re.findall(r"import_tasks: (\S+\.yml)", text)]
+        todo += [path.parent / n for n in re.findall(r"(?:import|include)_tasks: (\S+\.yml)", text)]
         for role in re.findall(r"role: dynatrain\.elastic\.(\w+)", text):
             todo += sorted((ROOT / "roles" / role / "tasks").glob("*.yml"))
     return seen
+
+
+def _ec2_instance_states(path):
+    """The ``state:`` of each amazon.aws.ec2_instance task of a task file that STATE_ACTIONS names."""
+    states = []
+    for task in re.split(r"\n\s*- name: ", path.read_text(encoding="utf-8")):
+        if "amazon.aws.ec2_instance:" in task:
+            states += [s for s in re.findall(r"^\s+state: (\w+)$", task, re.M) if s in STATE_ACTIONS]
+    return states
 
 
 def test_policy_allows_every_call_of_a_reconcile_pass(statements):
@@ -175,6 +186,9 @@ def test_policy_allows_every_call_of_a_reconcile_pass(statements):
     unknown = modules - set(MODULE_ACTIONS)
     assert not unknown, f"AWS modules of the reconcile pass without their IAM actions here: {sorted(unknown)}"
     needed = INVENTORY_ACTIONS.union(*(MODULE_ACTIONS[m] for m in modules))
+    # ec2_instance's state: stopped (the warm pool's refill) stops, state: running would start
+    needed |= {STATE_ACTIONS[state] for path in files for state in _ec2_instance_states(path)}
+    assert ROOT / "roles" / "cluster" / "tasks" / "pool_park.yml" in files and "ec2:StopInstances" in needed
     allowed = {a for s in statements for a in _actions(s)}
     assert needed - allowed == set()
 
