@@ -50,6 +50,14 @@ def test_bootstrap_over_the_quota_says_what_to_change(tmp_path, cloud):
     assert vpc_count(cloud) == before
 
 
+def test_bootstrap_counts_the_warm_pool_it_fills(tmp_path, cloud):
+    quotas.set_quota("ec2", STANDARD, 12)  # master + 2 workers fit; 1 more for the pool does not
+    rc, out = run_preflight(tmp_path, settings(cloud, worker_count=2, dt_warm_pool_size=1))
+    assert rc != 0
+    assert "dt_worker_instance_type (dt_warm_pool_size)=c5.xlarge (4 vCPUs) x 1" in out, out[-3000:]
+    assert "--desired-value 16" in out, out[-3000:]
+
+
 def test_running_instances_of_the_class_count(tmp_path, cloud):
     ec2 = cloud["ec2"]
     ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=cloud["image"]["ImageId"], MinCount=2, MaxCount=2,
