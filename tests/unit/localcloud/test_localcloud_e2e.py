@@ -276,8 +276,11 @@ def test_stopped_instance_keeps_its_node(cloud, tmp_path):
                               timeout=60, check=False).returncode == 0
 
     wait_for("EFS mounted late", lambda: mounted(fs_early, fs_late), timeout=30)
-    # What a warm pool prepares on a node: files on its disk (here by podman exec, as root).
-    r = subprocess.run(["podman", "exec", iid, "sh", "-c", "echo prepared > /var/lib/warm-pool-probe"],
+    # What a warm pool prepares on a node: files on its disk (here by podman exec, as root), and
+    # another authorized key (node_base's cluster key, which the launcher logs in with).
+    r = subprocess.run(["podman", "exec", iid, "sh", "-c", "echo prepared > /var/lib/warm-pool-probe && "
+                        "echo 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIClusterKeyProbe cluster' "
+                        ">> /home/admin/.ssh/authorized_keys"],
                        env=env, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     host_key = _host_key(ip)
@@ -314,11 +317,12 @@ def test_stopped_instance_keeps_its_node(cloud, tmp_path):
     r = subprocess.run(
         ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % known_hosts,
          "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "admin@%s" % ip,
-         "cat /var/lib/warm-pool-probe; " + imds],
+         "cat /var/lib/warm-pool-probe; grep -c ClusterKeyProbe .ssh/authorized_keys; " + imds],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert r.returncode == 0, r.stderr  # the pinned host key still holds
-    assert r.stdout.splitlines() == ["prepared", new_public]
+    # the file, the key added after the first boot (not overwritten by the boot), the new public IP
+    assert r.stdout.splitlines() == ["prepared", "1", new_public]
     wait_for("EFS mounted again", lambda: mounted(fs_early, fs_late), timeout=30)
 
     # A node that dies on its own is lost, not restarted: only a stop makes a container resumable.
