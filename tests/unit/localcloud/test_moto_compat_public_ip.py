@@ -5,23 +5,11 @@ other live instance's; without it, none (as on EC2)."""
 
 import ipaddress
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from localcloud import moto_compat
 
 POOL = ipaddress.ip_network("127.254.0.0/16")
-
-
-@pytest.fixture(scope="module")
-def ec2(moto_endpoint):
-    moto_compat.apply()
-    return boto3.client(
-        "ec2", region_name="us-east-1", endpoint_url=moto_endpoint,
-        aws_access_key_id="localcloud", aws_secret_access_key="localcloud",
-        config=Config(retries={"total_max_attempts": 1}),
-    )
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,12 @@ and a new one given on start. Requests that EC2 ignores or refuses are ignored o
 
 import ipaddress
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from localcloud import moto_compat
 
 POOL = ipaddress.ip_network("127.254.0.0/16")
-
-
-@pytest.fixture(scope="module")
-def ec2(moto_endpoint):
-    moto_compat.apply()
-    return boto3.client(
-        "ec2", region_name="us-east-1", endpoint_url=moto_endpoint,
-        aws_access_key_id="localcloud", aws_secret_access_key="localcloud",
-        config=Config(retries={"total_max_attempts": 1}),
-    )
 
 
 @pytest.fixture
