@@ -334,8 +334,13 @@ def test_elastic_membership_end_to_end(cloud):
         replacement = [ip for ip in job.hosts() if ip not in (console_ip, master)]
         assert len(replacement) == 1 and len(job.hosts()) == 3, job.hosts()
         assert nodes[replacement[0]]["tags"]["elastic_worker_status"] == "ADDED"
-        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3})
+        # a fill interrupted before it parked its worker leaves it running: the next fill parks it
+        refilled_id = next(iter(refilled.values()))["id"]
+        ec2.start_instances(InstanceIds=[refilled_id])
+        out = _run_ok(env, "reconcile", {"dt_desired_workers": 3, "dt_warm_pool_size": 1})
         assert "nothing to do" in out, out[-3000:]                        # converged: a second pass is idle
+        assert [(n["id"], n["state"]) for n in _nodes(env, pool=True).values()] == [(refilled_id, "stopped")], \
+            out[-3000:]
 
         # deleting the elastic-worker tag asks for a graceful removal
         ec2.delete_tags(Resources=[nodes[console_ip]["id"]], Tags=[{"Key": CLUSTER + "-aws-dl-cfn-elastic-worker"}])

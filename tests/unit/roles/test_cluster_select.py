@@ -45,12 +45,15 @@ def test_without_a_refresh_an_empty_selection_is_the_callers_business(tmp_path):
     assert rc == 0, out[-2000:]
 
 
-def test_the_warm_pool_is_a_group_of_its_own(tmp_path):
-    """Pool workers (stopped, or being filled: the inventory's dt_pool) are in dt_this_pool and in no
-    group a playbook configures or contacts as the cluster's nodes."""
+def test_the_warm_pool_and_stopped_workers_are_groups_of_their_own(tmp_path):
+    """Pool workers (stopped, or being filled: the inventory's dt_pool) are in dt_this_pool, and a
+    stopped worker outside the pool (an add interrupted between its claim of a pool worker and the
+    start) in dt_this_stopped: neither is in a group a playbook configures or contacts as the
+    cluster's nodes. A stopped master stays the master (whether it is lost is decided elsewhere)."""
     inventory = tmp_path / "hosts.ini"
-    inventory.write_text("[dt_cluster_c]\n10.0.0.1\n10.0.0.2\n10.0.0.3\n[dt_master]\n10.0.0.1\n"
-                         "[dt_workers]\n10.0.0.1\n10.0.0.2\n[dt_pool]\n10.0.0.3\n")
+    inventory.write_text("[dt_cluster_c]\n10.0.0.1 dt_state=stopped\n10.0.0.2 dt_state=running\n10.0.0.3\n"
+                         "10.0.0.4 dt_state=stopped\n10.0.0.5 dt_state=stopping\n[dt_master]\n10.0.0.1\n"
+                         "[dt_workers]\n10.0.0.1\n10.0.0.2\n10.0.0.4\n10.0.0.5\n[dt_pool]\n10.0.0.3\n")
     out_file = tmp_path / "groups.json"
     play = [{
         "name": "Select", "hosts": "localhost", "connection": "local", "gather_facts": False,
@@ -61,7 +64,8 @@ def test_the_warm_pool_is_a_group_of_its_own(tmp_path):
             {"name": "Write the groups", "ansible.builtin.copy": {
                 "dest": str(out_file), "mode": "0644",
                 "content": "{{ {'cluster': groups['dt_this_cluster'], 'workers': groups['dt_this_workers'],"
-                           " 'master': groups['dt_this_master'], 'pool': groups['dt_this_pool']} | to_json }}"}},
+                           " 'master': groups['dt_this_master'], 'pool': groups['dt_this_pool'],"
+                           " 'stopped': groups['dt_this_stopped']} | to_json }}"}},
         ],
     }]
     path = tmp_path / "play.yml"
@@ -72,4 +76,4 @@ def test_the_warm_pool_is_a_group_of_its_own(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     groups = json.loads(out_file.read_text())
     assert groups == {"cluster": ["10.0.0.1", "10.0.0.2"], "workers": ["10.0.0.1", "10.0.0.2"],
-                      "master": ["10.0.0.1"], "pool": ["10.0.0.3"]}
+                      "master": ["10.0.0.1"], "pool": ["10.0.0.3"], "stopped": ["10.0.0.4", "10.0.0.5"]}

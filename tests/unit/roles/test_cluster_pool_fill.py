@@ -1,0 +1,41 @@
+"""cluster pool_fill: a pool worker found running (a fill interrupted before pool_park stopped it) is
+configured again and parked by this fill, not counted as a parked worker and left running for good."""
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def test_a_running_pool_worker_is_refilled_not_kept(tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        "[dt_cluster_c]\n10.0.0.1\n"
+        "10.0.0.3 dt_state=stopped dt_instance_id=i-3 dt_private_ip=10.0.0.3 dt_launch_time=2026-01-01T00:00:01\n"
+        "10.0.0.4 dt_state=running dt_instance_id=i-4 dt_private_ip=10.0.0.4 dt_launch_time=2026-01-01T00:00:02\n"
+        "[dt_master]\n10.0.0.1\n[dt_pool]\n10.0.0.3\n10.0.0.4\n")
+    out_file = tmp_path / "fill.json"
+    play = [{
+        "name": "Fill", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"cluster_name": "c", "cluster_select_refresh": False, "cluster_warm_pool_size": 2},
+        "tasks": [
+            {"name": "Select the cluster's nodes",
+             "ansible.builtin.include_role": {"name": "dynatrain.elastic.cluster", "tasks_from": "select"}},
+            {"name": "Size the pool",
+             "ansible.builtin.include_role": {"name": "dynatrain.elastic.cluster", "tasks_from": "pool_fill"}},
+            {"name": "Write what it decided", "ansible.builtin.copy": {
+                "dest": str(out_file), "mode": "0644",
+                "content": "{{ {'filling': cluster_pool_filling, 'kept': cluster_pool_kept | int} | to_json }}"}},
+        ],
+    }]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    decided = json.loads(out_file.read_text())
+    assert decided == {"filling": [{"instance_id": "i-4", "private_ip_address": "10.0.0.4"}], "kept": 1}, decided
