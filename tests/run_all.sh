@@ -7,12 +7,14 @@
 #
 # With every stage selected they run in lanes, as far as the 2 cores allow (the unit tests' training
 # runs and playbooks keep both busy: beside the e2e they doubled its time and their own):
-#   first   unit, with lint then sanity beside it in the background (`checks`);
-#   then    the molecule scenario on the local cloud (cluster) and the e2e, the only users of the
-#           local cloud, one after another (it is one account on one fixed port), in the background
-#           (`cloud`), beside the role scenarios (each in its own container and network namespace);
-#           once the e2e is done the cloud lane takes role scenarios too: each lane, once free,
-#           takes the next one nobody has taken (the longest first).
+#   first   unit, with lint, sanity and then the molecule scenario on the local cloud (cluster)
+#           beside it in the background (`checks`: each about one core, where unit's playbooks and
+#           training runs leave some);
+#   then    once both are done, the e2e in the background (`cloud`: it and molecule `cluster` are the
+#           only users of the local cloud, one after another: it is one account on one fixed port),
+#           beside the role scenarios (each in its own container and network namespace); once the
+#           e2e is done the cloud lane takes role scenarios too: each lane, once free, takes the next
+#           one nobody has taken (the longest first).
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
 # DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
@@ -76,14 +78,17 @@ checks_lane() {
   for s in lint sanity; do
     selected $s && stage $s bash "tests/$s.sh"
   done
+  stage molecule-cloud molecule_cloud
+  : >"$OUT/checks.done"
 }
 cloud_lane() {
-  stage molecule-cloud molecule_cloud
   stage e2e e2e
   stage roles@cloud role_scenarios
 }
 main_lane() {
   stage unit unit
+  # the e2e starts once molecule `cluster` has left the local cloud
+  while [ ! -e "$OUT/checks.done" ]; do sleep 5; done
   background cloud
   stage roles@main role_scenarios
 }
@@ -115,7 +120,7 @@ fi
 
 if selected unit && selected molecule && selected e2e && [ -z "${DT_TEST_SERIAL:-}" ] \
     && [ -z "${DT_MOLECULE_SCENARIOS:-}" ]; then
-  rm -rf "$OUT/claims" && mkdir -p "$OUT/claims"
+  rm -rf "$OUT/claims" "$OUT/checks.done" && mkdir -p "$OUT/claims"
   background checks
   main_lane
   join_lanes
@@ -144,6 +149,6 @@ while read -r name rc secs; do
   [ "$rc" -eq 0 ] || overall=1
   printf '  %-14s %6ss  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")"
 done <"$STATUS"
-[ $lanes = 1 ] && echo "  (lint+sanity beside unit; then molecule-cloud, e2e beside the role scenarios)"
+[ $lanes = 1 ] && echo "  (lint, sanity, molecule-cloud beside unit; then the e2e beside the role scenarios)"
 echo "  total          ${SECONDS}s"
 exit $overall
