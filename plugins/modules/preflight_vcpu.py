@@ -44,6 +44,13 @@ options:
         description: The setting that chose the type, named in the message.
         type: str
         default: instance type
+      pool:
+        description:
+          - The request is the cluster's warm pool at its full size (O(cluster) required). Its workers
+            that exist already (stopped ones need no vCPUs, running ones are counted here) are
+            subtracted from O(requests[].count) and are not counted as running.
+        type: bool
+        default: false
   cluster:
     description:
       - The cluster's name (tag C(dynatrain:cluster)). Its master and base workers already running
@@ -108,20 +115,26 @@ CLUSTER_TAG = "dynatrain:cluster"
 
 
 def read_running(ec2, cluster):
-    """The region's pending/running instances as {'instance_type', 'market'}; the cluster's master
-    and base workers are left out (bootstrap's request is the cluster's whole base size)."""
-    running = []
+    """(the region's pending/running instances as {'instance_type', 'market'}, how many live
+    instances the cluster's warm pool has). The cluster's master, base workers and pool workers
+    are left out of the first (bootstrap's requests are the cluster's whole base size and pool)."""
+    running, pool = [], 0
     pages = ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
     for reservation in pages.build_full_result().get("Reservations", []):
         for instance in reservation["Instances"]:
             tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-            if cluster and tags.get(CLUSTER_TAG) == cluster and (
-                    tags.get("dynatrain:role") == "master" or tags.get("dynatrain:group") == "base"):
+            ours = bool(cluster) and tags.get(CLUSTER_TAG) == cluster
+            if ours and tags.get("dynatrain:group") == "pool":
+                pool += 1
+                continue
+            if instance["State"]["Name"] not in ("pending", "running"):
+                continue
+            if ours and (tags.get("dynatrain:role") == "master" or tags.get("dynatrain:group") == "base"):
                 continue
             market = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
             running.append({"instance_type": instance["InstanceType"], "market": market})
-    return running
+    return running, pool
 
 
 def read_vcpus(ec2, instance_types):
@@ -150,20 +163,23 @@ def main():
                 count=dict(type="int", required=True),
                 market=dict(type="str", choices=["on-demand", "spot"], default="on-demand"),
                 setting=dict(type="str", default="instance type"),
+                pool=dict(type="bool", default=False),
             )),
             cluster=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
-    requests = [r for r in module.params["requests"] if r["count"] > 0]
-    unchecked = [f"{r['instance_type']}: its class has no vCPU quota checked here"
-                 for r in requests if vcpu_class(r["instance_type"]) is None]
     ec2 = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
-        running = read_running(ec2, module.params["cluster"])
+        running, pool = read_running(ec2, module.params["cluster"])
+        # the pool's workers that exist are not launched again
+        requests = [r for r in (dict(r, count=max(r["count"] - pool, 0)) if r["pool"] else r
+                                for r in module.params["requests"]) if r["count"] > 0]
         vcpus = read_vcpus(ec2, [r["instance_type"] for r in requests] + [i["instance_type"] for i in running])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         module.fail_json_aws(e, msg="Could not read the instances / instance types")
+    unchecked = [f"{r['instance_type']}: its class has no vCPU quota checked here"
+                 for r in requests if vcpu_class(r["instance_type"]) is None]
     unknown = sorted({r["instance_type"] for r in requests} - set(vcpus))
     if unknown:
         module.fail_json(msg=f"instance type(s) {', '.join(unknown)} unknown in {module.region}: "

@@ -58,6 +58,25 @@ def test_bootstrap_counts_the_warm_pool_it_fills(tmp_path, cloud):
     assert "--desired-value 16" in out, out[-3000:]
 
 
+def test_the_pool_workers_that_exist_are_not_counted_again(tmp_path, cloud):
+    """A re-run of bootstrap finds the pool filled (stopped: no vCPUs; running while a fill goes on:
+    counted once, as the pool's), so only the master and workers count."""
+    ec2 = cloud["ec2"]
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "dynatrain:cluster", "Value": "pftest"},
+                                                  {"Key": "dynatrain:group", "Value": "pool"}]}]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=cloud["image"]["ImageId"], MinCount=2, MaxCount=2,
+                                                      InstanceType="c5.xlarge", TagSpecifications=tags)["Instances"]]
+    try:
+        ec2.stop_instances(InstanceIds=ids[:1])
+        quotas.set_quota("ec2", STANDARD, 12)  # master + 2 workers; the pool of 2 exists (1 stopped, 1 running)
+        rc, out = run_preflight(tmp_path, settings(cloud, worker_count=2, dt_warm_pool_size=2))
+        assert rc == 0, out[-3000:]
+        rc, out = run_preflight(tmp_path, settings(cloud, worker_count=2, dt_warm_pool_size=3))  # 1 more to launch
+        assert rc != 0 and "dt_worker_instance_type (dt_warm_pool_size)=c5.xlarge (4 vCPUs) x 1" in out, out[-3000:]
+    finally:
+        ec2.terminate_instances(InstanceIds=ids)
+
+
 def test_running_instances_of_the_class_count(tmp_path, cloud):
     ec2 = cloud["ec2"]
     ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=cloud["image"]["ImageId"], MinCount=2, MaxCount=2,
