@@ -63,27 +63,31 @@ def timed(label, func, *args, **kwargs):
     return secs
 
 
-def run_mode(d, mode, counts, max_workers):
-    """bootstrap (master + 1 worker), then add/remove each count; {what: seconds}.
-    pool: the baked image with a warm pool of max(counts) workers (filled by bootstrap, not timed
-    apart), each add takes from it, and reconcile refills it after each removal (timed apart)."""
+def run_mode(d, mode, counts, max_workers, out):
+    """bootstrap (master + 1 worker), then add/remove each count; fills ``out`` {what: seconds} as it
+    goes, so that a failure later keeps what was measured.
+    pool: the baked image with a warm pool of max(counts) workers (filled by a reconcile once the job
+    trains, timed apart), each add takes from it, and reconcile refills it after each removal (timed
+    apart)."""
     baked = {"dt_use_baked_image": mode != "plain"}
     pool = {"dt_warm_pool_size": max(counts)} if mode == "pool" else {}
-    out = {}
     out["bootstrap"] = timed("%s bootstrap (master + 1 worker)" % mode, d.playbook, "bootstrap",
                              dict(baked, worker_count=1, max_workers=max_workers))
     d.wait_for("training to start", lambda: d.status().get("step", 0) > 0, 300)
     if pool:
         out["fill"] = timed("%s fill the warm pool (%d workers)" % (mode, max(counts)), d.playbook, "reconcile",
-                            dict(baked, pool, max_workers=max_workers))
+                            dict(baked, **pool, max_workers=max_workers))
     for n in counts:
         out[n] = timed("%s add_workers count=%d" % (mode, n), d.playbook, "add_workers",
                        dict(baked, count=n, max_workers=max_workers))
         d.playbook("remove_workers", {"count": n, "max_workers": max_workers})
         if pool:
             out.setdefault("refill", {})[n] = timed("%s refill the warm pool after count=%d" % (mode, n), d.playbook,
-                                                    "reconcile", dict(baked, pool, max_workers=max_workers))
-    return out
+                                                    "reconcile", dict(baked, **pool, max_workers=max_workers))
+
+
+def _cell(value, fmt="%.1f s"):
+    return fmt % value if value is not None else "-"
 
 
 def table(results, counts):
@@ -95,14 +99,15 @@ def table(results, counts):
     if any("fill" in results[m] for m in modes):
         lines.append("| fill the warm pool (reconcile, %d workers) | " % max(counts) + " | ".join(
             "%.1f s" % results[m]["fill"] if "fill" in results[m] else "-" for m in modes) + " |")
-    lines.append("| bootstrap, master + 1 worker | " + " | ".join("%.1f s" % results[m]["bootstrap"] for m in modes) + " |")
+    lines.append("| bootstrap, master + 1 worker | " + " | ".join(
+        _cell(results[m].get("bootstrap")) for m in modes) + " |")
     for n in counts:
         cells = []
         for m in modes:
             base = results[m].get(counts[0])
-            secs = results[m][n]
-            cells.append("%.1f s (%.2f x count=%d)" % (secs, secs / base, counts[0]) if base and n != counts[0]
-                         else "%.1f s" % secs)
+            secs = results[m].get(n)
+            cells.append("%.1f s (%.2f x count=%d)" % (secs, secs / base, counts[0]) if base and secs and n != counts[0]
+                         else _cell(secs))
         lines.append("| add_workers count=%d | " % n + " | ".join(cells) + " |")
     for n in counts:
         if any(n in results[m].get("refill", {}) for m in modes):
@@ -124,7 +129,7 @@ def main(argv=None):
     modes = args.modes.split(",")
 
     subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True)
-    results = {}
+    results, failed = {}, []
     for i, mode in enumerate(modes):
         d = demo.Demo(argparse.Namespace(cluster="%s-%s" % (args.cluster, mode), subnet=args.subnet, json=True,
                                          train_args=["--epochs", "100000", "--step-sleep", "0.5"]))
@@ -133,19 +138,24 @@ def main(argv=None):
         try:
             if mode in ("baked", "pool") and not any("bake" in r for r in results.values()):
                 results[mode]["bake"] = timed("bake_image", d.playbook, "bake_image", {})
-            results[mode].update(run_mode(d, mode, counts, args.max_workers))
+            run_mode(d, mode, counts, args.max_workers, results[mode])
+        except Exception as e:  # pylint: disable=broad-except  (the other modes and the table still come)
+            failed.append("%s: %s" % (mode, e))
+            print("%s failed: %s" % (mode, e), flush=True)
         finally:
             if not (args.keep and i == len(modes) - 1):
                 d.playbook("teardown", {}, check=False)
     print()
     print(table(results, counts))
     base = results.get("baked") or results.get(modes[-1])
-    if base and len(counts) > 1 and 4 in counts:
+    if base and all(base.get(k) for k in (counts[0], 4, "bootstrap")):
         print("\ntargets (baked): count=1 %.1f s (<= 20), count=4 %.2f x count=1 (<= 1.3), bootstrap %.1f s (<= 40)"
               % (base[counts[0]], base[4] / base[counts[0]], base["bootstrap"]))
-    if "pool" in results:
+    if results.get("pool", {}).get(counts[0]):
         print("target (warm pool): count=%d %.1f s (<= 10)" % (counts[0], results["pool"][counts[0]]))
-    return 0
+    for why in failed:
+        print("FAILED %s" % why)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

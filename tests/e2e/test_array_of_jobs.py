@@ -25,8 +25,10 @@ pytestmark = pytest.mark.e2e
 ARRAY = "e2earray"
 # Row i's network moves the second octet of this base by 1 + i (the e2e's other clusters use 127.79-80).
 NET = {"dt_vpc_cidr": "127.120.0.0/16", "dt_subnet_cidr": "127.120.1.0/24"}
+# us-west-2's row is a master alone (workers 0: a form a user types too); its nodes install from the
+# base AMI as us-east-1's do, and one node fewer keeps the e2e within make test's time.
 ROWS = [("us-east-1", "east", 1, "--epochs 2 --seed 3"),
-        ("us-west-2", "west", 1, "--epochs 2 --seed 4"),
+        ("us-west-2", "west", 0, "--epochs 2 --seed 4"),
         ("eu-west-1", "nocap", 1, "--epochs 2")]
 NO_CAPACITY = "eu-west-1"
 VCPU_QUOTA = "L-1216C47A"  # Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances
