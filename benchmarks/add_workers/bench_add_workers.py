@@ -139,7 +139,8 @@ def main(argv=None):
             if mode in ("baked", "pool") and not any("bake" in r for r in results.values()):
                 results[mode]["bake"] = timed("bake_image", d.playbook, "bake_image", {})
             run_mode(d, mode, counts, args.max_workers, results[mode])
-        except Exception as e:  # pylint: disable=broad-except  (the other modes and the table still come)
+        # the other modes and the table still come
+        except Exception as e:  # pylint: disable=broad-except
             failed.append("%s: %s" % (mode, e))
             print("%s failed: %s" % (mode, e), flush=True)
         finally:
