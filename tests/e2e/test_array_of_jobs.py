@@ -54,6 +54,14 @@ def _left(env, cluster, region):
     return live + [v["VpcId"] for v in ec2.describe_vpcs(Filters=tag)["Vpcs"]]
 
 
+def _roles(env, cluster, region):
+    """The roles of every instance the cluster ever had (terminated ones too), master first."""
+    tag = [{"Name": "tag:dynatrain:cluster", "Values": [cluster]}]
+    roles = [{t["Key"]: t["Value"] for t in i.get("Tags", [])}.get("dynatrain:role")
+             for r in _boto(env, "ec2", region).describe_instances(Filters=tag)["Reservations"] for i in r["Instances"]]
+    return sorted(roles, key=lambda role: role != "master")
+
+
 def test_job_array_across_two_regions_and_one_without_capacity(cloud, tmp_path):
     env = cloud
     manifest = tmp_path / (ARRAY + ".csv")
@@ -91,6 +99,9 @@ def test_job_array_across_two_regions_and_one_without_capacity(cloud, tmp_path):
         assert final["val_acc"] > 0.5, final
     for region, name, _workers, _args in ROWS:
         assert not _left(env, "%s-%s" % (ARRAY, name), region), (name, region)
+    # each row's cluster had its master and as many base workers as the row asked (0 too)
+    for region, name, workers, _args in ROWS[:2]:
+        assert _roles(env, "%s-%s" % (ARRAY, name), region) == ["master"] + ["worker"] * workers, (name, region)
     # the results are checked: leave the bucket as this test found it (test_elastic.py's last
     # teardown, with delete_checkpoints=true, then finds it empty and deletes it). The bucket is
     # versioned: every version and delete marker goes, else the bucket is never empty.
