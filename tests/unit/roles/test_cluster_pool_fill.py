@@ -1,13 +1,8 @@
 """cluster pool_fill: a pool worker found running (a fill interrupted before pool_park stopped it) is
 configured again and parked by this fill, not counted as a parked worker and left running for good."""
 import json
-import os
-import subprocess
-import sys
 
-import yaml
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from test_cluster_select import run_play
 
 
 def test_a_running_pool_worker_is_refilled_not_kept(tmp_path):
@@ -31,11 +26,7 @@ def test_a_running_pool_worker_is_refilled_not_kept(tmp_path):
                 "content": "{{ {'filling': cluster_pool_filling, 'kept': cluster_pool_kept | int} | to_json }}"}},
         ],
     }]
-    path = tmp_path / "play.yml"
-    path.write_text(yaml.safe_dump(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = run_play(tmp_path, play, inventory)
     assert proc.returncode == 0, proc.stdout[-3000:]
     decided = json.loads(out_file.read_text())
     assert decided == {"filling": [{"instance_id": "i-4", "private_ip_address": "10.0.0.4"}], "kept": 1}, decided

@@ -10,6 +10,15 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
+def run_play(tmp_path, play, inventory):
+    """ansible-playbook of ``play`` (a list of plays) with the repository's config and ``inventory``."""
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    return subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
 def run_select(tmp_path, refresh):
     play = [{
         "name": "Select",
@@ -22,13 +31,9 @@ def run_select(tmp_path, refresh):
             "vars": {"cluster_name": "ghost", "cluster_region": "us-west-2", "cluster_select_refresh": refresh},
         }],
     }]
-    path = tmp_path / "play.yml"
-    path.write_text(yaml.safe_dump(play))
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("")
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = run_play(tmp_path, play, inventory)
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
 
@@ -68,11 +73,7 @@ def test_the_warm_pool_and_stopped_workers_are_groups_of_their_own(tmp_path):
                            " 'stopped': groups['dt_this_stopped']} | to_json }}"}},
         ],
     }]
-    path = tmp_path / "play.yml"
-    path.write_text(yaml.safe_dump(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = run_play(tmp_path, play, inventory)
     assert proc.returncode == 0, proc.stdout[-2000:]
     groups = json.loads(out_file.read_text())
     assert groups == {"cluster": ["10.0.0.1", "10.0.0.2"], "workers": ["10.0.0.1", "10.0.0.2"],
