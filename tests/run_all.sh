@@ -5,16 +5,15 @@
 # DT_TEST_STAGES="unit e2e" runs a subset (one stage after another unless unit, molecule and e2e are
 # all in it).
 #
-# With every stage selected they run in lanes, as far as the 2 cores allow (the unit tests' training
-# runs and playbooks keep both busy: beside the e2e they doubled its time and their own):
-#   first   unit, with lint, sanity and then the molecule scenario on the local cloud (cluster)
-#           beside it in the background (`checks`: each about one core, where unit's playbooks and
-#           training runs leave some);
-#   then    once both are done, the e2e in the background (`cloud`: it and molecule `cluster` are the
-#           only users of the local cloud, one after another: it is one account on one fixed port),
-#           beside the role scenarios (each in its own container and network namespace); once the
-#           e2e is done the cloud lane takes role scenarios too: each lane, once free, takes the next
-#           one nobody has taken (the longest first).
+# With every stage selected they run in two lanes, as far as the 2 cores allow:
+#   cloud   (background) the e2e first (the longest stage: started at once), then the molecule
+#           scenario on the local cloud (cluster): the only users of the local cloud, one after the
+#           other (one account on one fixed port);
+#   main    unit, then lint and sanity;
+# then each lane, once free, takes role scenarios (each in its own container and network namespace):
+# the next one nobody has taken (mkdir of a claim), the longest first.
+# The e2e alone leaves about a core idle (its playbooks wait on SSH, its jobs sleep per step): the
+# unit tests and the checks fill it, where after the unit tests the e2e ran alone on the critical path.
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
 # DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
@@ -73,23 +72,17 @@ role_scenarios() {
   return $rc
 }
 
-checks_lane() {
-  local s
-  for s in lint sanity; do
-    selected $s && stage $s bash "tests/$s.sh"
-  done
-  stage molecule-cloud molecule_cloud
-  : >"$OUT/checks.done"
-}
 cloud_lane() {
   stage e2e e2e
+  stage molecule-cloud molecule_cloud
   stage roles@cloud role_scenarios
 }
 main_lane() {
+  local s
   stage unit unit
-  # the e2e starts once molecule `cluster` has left the local cloud
-  while [ ! -e "$OUT/checks.done" ]; do sleep 5; done
-  background cloud
+  for s in lint sanity; do
+    selected $s && stage $s bash "tests/$s.sh"
+  done
   stage roles@main role_scenarios
 }
 
@@ -120,8 +113,8 @@ fi
 
 if selected unit && selected molecule && selected e2e && [ -z "${DT_TEST_SERIAL:-}" ] \
     && [ -z "${DT_MOLECULE_SCENARIOS:-}" ]; then
-  rm -rf "$OUT/claims" "$OUT/checks.done" && mkdir -p "$OUT/claims"
-  background checks
+  rm -rf "$OUT/claims" && mkdir -p "$OUT/claims"
+  background cloud
   main_lane
   join_lanes
   lanes=1
@@ -149,6 +142,6 @@ while read -r name rc secs; do
   [ "$rc" -eq 0 ] || overall=1
   printf '  %-14s %6ss  %s\n' "$name" "$secs" "$([ "$rc" -eq 0 ] && echo pass || echo "FAIL (rc=$rc)")"
 done <"$STATUS"
-[ $lanes = 1 ] && echo "  (lint, sanity, molecule-cloud beside unit; then the e2e beside the role scenarios)"
+[ $lanes = 1 ] && echo "  (the e2e, then molecule-cloud, beside unit, lint and sanity; then the role scenarios in both lanes)"
 echo "  total          ${SECONDS}s"
 exit $overall
