@@ -468,6 +468,23 @@ def settle(instance_id, from_state, to_state):
         return True
 
 
+def start_failed(instance_id):
+    """A start the machine could not make: `pending` -> `stopped`, as EC2 returns an instance whose
+    StartInstances it could not fulfil (state reason ``Server.InternalError``, the public IP released
+    again). True when it moved; a request in between (a stop, a terminate) wins, as in settle()."""
+    from moto.ec2.models.instances import StateReason
+
+    with _state_lock:
+        instance = _find_instance(instance_id)
+        if instance is None or instance.state != "pending":
+            return False
+        _set_state(instance, "stopped")
+        for nic in instance.nics.values():
+            nic.stop()
+        instance.state_reason = StateReason("Server.InternalError: Internal error on launch", "Server.InternalError")
+        return True
+
+
 def _incorrect_state(instance, verb):
     from moto.ec2.exceptions import EC2ClientError
 

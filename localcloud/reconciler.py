@@ -434,9 +434,14 @@ class Reconciler:
             # EC2 says `running` once the machine booted, whether its OS answers or not.
             moto_compat.settle(inst.id, "pending", "running")
         except Exception as e:  # keep the loop alive; plan() retries (bounded)
-            log.error(
-                "%s: start failed (attempt %d/%d): %s", inst.id, self.attempts.get(inst.id, 0), MAX_CREATE_ATTEMPTS, e
-            )
+            n = self.attempts.get(inst.id, 0)
+            log.error("%s: start failed (attempt %d/%d): %s", inst.id, n, MAX_CREATE_ATTEMPTS, e)
+            if n >= MAX_CREATE_ATTEMPTS and moto_compat.start_failed(inst.id):
+                # As EC2 does with a start it cannot make: back to `stopped`; a later
+                # StartInstances tries again from the first attempt.
+                log.error("%s: gave up starting it: the instance is stopped again", inst.id)
+                with self.lock:
+                    self.attempts.pop(inst.id, None)
         finally:
             with self.lock:
                 self.busy.discard(inst.id)

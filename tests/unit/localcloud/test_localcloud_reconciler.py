@@ -254,17 +254,21 @@ def test_resume_starts_the_same_container_with_its_new_public_address(halting):
                                           {"fs-1": {"vpc-1"}, "fs-late": {"vpc-1"}})] == ["fs-late"]
 
 
-def test_resume_that_failed_is_retried_a_bounded_number_of_times(halting):
+def test_resume_that_failed_is_retried_a_bounded_number_of_times_then_stopped_as_on_ec2(halting):
     r, calls, monkeypatch, reconciler = halting
 
     def fail(name):
         raise reconciler.podman.PodmanError("podman start failed")
 
     monkeypatch.setattr(reconciler.podman, "start", fail)
+    monkeypatch.setattr(reconciler.moto_compat, "start_failed", lambda iid: calls.append(("start_failed", iid)) or True)
     monkeypatch.setattr(reconciler.Reconciler, "_start_thread", lambda self, kind, target, *args: target(*args))
     node = inst("i-a", state="pending")
     r.created, r.halted = {"i-a"}, {"i-a"}
-    for _attempt in range(reconciler.MAX_CREATE_ATTEMPTS + 2):
+    for attempt in range(1, reconciler.MAX_CREATE_ATTEMPTS + 1):
         r._do_resume(Action("resume", "i-a", "instance pending"), node, {})
-    assert r.attempts["i-a"] == reconciler.MAX_CREATE_ATTEMPTS
-    assert r.halted == {"i-a"} and calls == []  # still pending, still its container
+        if attempt < reconciler.MAX_CREATE_ATTEMPTS:
+            assert r.attempts["i-a"] == attempt and calls == []             # still pending: tried again
+    # the last try failed too: EC2 returns such an instance to `stopped`; a later start begins anew
+    assert calls == [("start_failed", "i-a")]
+    assert "i-a" not in r.attempts and r.halted == {"i-a"} and r.created == {"i-a"} and not r.busy

@@ -76,6 +76,21 @@ def test_stop_is_stopping_until_settled_then_start_is_pending_until_settled(ec2,
     assert describe(ec2, iid)["PublicIpAddress"] == again and state(ec2, iid) == "running"
 
 
+def test_a_start_the_machine_cannot_make_returns_the_instance_to_stopped(ec2, launch, transitions):
+    iid = launch()["InstanceId"]
+    assert moto_compat.start_failed(iid) is False                       # running: not a start in flight
+    ec2.stop_instances(InstanceIds=[iid])
+    assert moto_compat.settle(iid, "stopping", "stopped") is True
+    ec2.start_instances(InstanceIds=[iid])
+    assert describe(ec2, iid).get("PublicIpAddress")                    # pending, with a new public IP
+    assert moto_compat.start_failed(iid) is True
+    i = describe(ec2, iid)
+    assert i["State"] == {"Code": 80, "Name": "stopped"} and not i.get("PublicIpAddress")
+    assert i["StateReason"]["Code"] == "Server.InternalError"
+    ec2.start_instances(InstanceIds=[iid])                              # and it can be started again
+    assert state(ec2, iid) == "pending" and moto_compat.settle(iid, "pending", "running") is True
+
+
 def test_requests_ec2_ignores_or_refuses(ec2, launch, transitions):
     iid = launch()["InstanceId"]
     ec2.stop_instances(InstanceIds=[iid])
