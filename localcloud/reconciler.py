@@ -436,10 +436,11 @@ class Reconciler:
         except Exception as e:  # keep the loop alive; plan() retries (bounded)
             n = self.attempts.get(inst.id, 0)
             log.error("%s: start failed (attempt %d/%d): %s", inst.id, n, MAX_CREATE_ATTEMPTS, e)
-            if n >= MAX_CREATE_ATTEMPTS and moto_compat.start_failed(inst.id):
-                # As EC2 does with a start it cannot make: back to `stopped`; a later
-                # StartInstances tries again from the first attempt.
-                log.error("%s: gave up starting it: the instance is stopped again", inst.id)
+            if n >= MAX_CREATE_ATTEMPTS:
+                # As EC2 does with a start it cannot make: back to `stopped` (unless a stop or a
+                # terminate came first). Either way a later StartInstances begins from the first attempt.
+                if moto_compat.start_failed(inst.id):
+                    log.error("%s: gave up starting it: the instance is stopped again", inst.id)
                 with self.lock:
                     self.attempts.pop(inst.id, None)
         finally:

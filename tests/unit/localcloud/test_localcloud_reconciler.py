@@ -272,3 +272,24 @@ def test_resume_that_failed_is_retried_a_bounded_number_of_times_then_stopped_as
     # the last try failed too: EC2 returns such an instance to `stopped`; a later start begins anew
     assert calls == [("start_failed", "i-a")]
     assert "i-a" not in r.attempts and r.halted == {"i-a"} and r.created == {"i-a"} and not r.busy
+
+
+def test_resume_given_up_after_a_stop_came_first_still_lets_a_later_start_begin_anew(halting):
+    r, calls, monkeypatch, reconciler = halting
+
+    def fail(name):
+        raise reconciler.podman.PodmanError("podman start failed")
+
+    monkeypatch.setattr(reconciler.podman, "start", fail)
+    # the instance is no longer pending (a StopInstances came first): nothing to move
+    monkeypatch.setattr(reconciler.moto_compat, "start_failed", lambda iid: calls.append(("start_failed", iid)) and False)
+    monkeypatch.setattr(reconciler.Reconciler, "_start_thread", lambda self, kind, target, *args: target(*args))
+    node = inst("i-a", state="pending")
+    r.created, r.halted = {"i-a"}, {"i-a"}
+    for _attempt in range(reconciler.MAX_CREATE_ATTEMPTS):
+        r._do_resume(Action("resume", "i-a", "instance pending"), node, {})
+    assert calls == [("start_failed", "i-a")] and "i-a" not in r.attempts
+    monkeypatch.setattr(reconciler.podman, "start", lambda name: calls.append(("start", name)))
+    r._do_resume(Action("resume", "i-a", "instance pending"), node, {})   # started again later: it boots
+    assert calls[1:] == [("start", "i-a"), ("ssh", node.private_ip), ("settle", "i-a", "pending", "running")]
+    assert not r.halted and "i-a" not in r.attempts
