@@ -13,7 +13,7 @@
 # then each lane, once free, takes role scenarios (each in its own container and network namespace):
 # the next one nobody has taken (mkdir of a claim), the longest first.
 # The e2e alone leaves about a core idle (its playbooks wait on SSH, its jobs sleep per step): the
-# unit tests and the checks fill it, where after the unit tests the e2e ran alone on the critical path.
+# unit tests and the checks beside it use that core (docs/INTERNALS.md: both arrangements measured).
 # The background lanes' output goes to tests/output/<lane>.log, printed when the lane ends.
 # DT_TEST_SERIAL=1 runs every stage one after another.
 set -uo pipefail
