@@ -1,0 +1,181 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: dynatrain.elastic contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_files
+short_description: Put a role's directories and small files on a node in one module run
+version_added: "0.1.0"
+description:
+  - Applies a list of directories, files (their whole content given) and removals on the node, in order, in
+    one module run. A role that writes several small files (a settings file, a systemd unit, their
+    directory) pays one round trip to the node instead of one per file (M(ansible.builtin.file),
+    M(ansible.builtin.template) and M(ansible.builtin.copy) each cost a module run, 0.3-1 s on a busy node,
+    which is most of what configuring a node from a baked image costs).
+  - The content of a file is given as text (render a role template with the C(ansible.builtin.template)
+    lookup, read a controller file with the C(ansible.builtin.file) lookup and C(rstrip=false)). A file is
+    replaced atomically (a temporary file in its directory, then a rename) only when its content differs;
+    owner, group and mode are set when they differ, as M(ansible.builtin.file) does.
+  - A directory is created with its parents when missing. A removal removes a file or a link (never a
+    directory's contents).
+author:
+  - dynatrain maintainers (@dynatrain)
+options:
+  files:
+    description: What to apply, in this order.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      path:
+        description: Absolute path on the node.
+        type: path
+        required: true
+      state:
+        description: C(directory), C(file) (with O(files[].content)) or C(absent).
+        type: str
+        choices: [directory, file, absent]
+        default: file
+      content:
+        description: The whole content of a C(file). Its directory must exist (list the directory first).
+        type: str
+      owner:
+        description: Owner (name or uid); unchanged when not given.
+        type: str
+      group:
+        description: Group (name or gid); unchanged when not given.
+        type: str
+      mode:
+        description: Mode, as M(ansible.builtin.file) takes it (e.g. C("0644")); unchanged when not given.
+        type: raw
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - The task that writes a secret sets C(no_log=true): the content is a module argument.
+"""
+
+EXAMPLES = r"""
+- name: Write the watcher's settings and its unit
+  dynatrain.elastic.node_files:
+    files:
+      - {path: /var/log/dynatrain, state: directory, owner: root, group: root, mode: "0755"}
+      - path: /etc/default/dynatrain-spot-watch
+        content: "{{ lookup('ansible.builtin.template', 'dynatrain-spot-watch.default.j2') }}"
+        owner: root
+        group: root
+        mode: "0644"
+  become: true
+"""
+
+RETURN = r"""
+changed_paths:
+  description: The paths that were (or, in check mode, would be) created, rewritten, removed or given new attributes.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes
+
+
+def _attributes(module, entry, changed):
+    """Owner, group and mode where they differ (check mode: only says so)."""
+    args = module.load_file_common_arguments({k: entry.get(k) for k in ("path", "owner", "group", "mode")})
+    return module.set_fs_attributes_if_different(args, changed)
+
+
+def _directory(module, entry):
+    path = entry["path"]
+    if os.path.isdir(path):
+        return _attributes(module, entry, False)
+    if os.path.lexists(path):
+        module.fail_json(msg="%s exists and is not a directory: remove it or choose another path." % path)
+    if module.check_mode:
+        return True
+    os.makedirs(path)
+    return _attributes(module, entry, True)
+
+
+def _file(module, entry):
+    path = entry["path"]
+    if entry.get("content") is None:
+        module.fail_json(msg="%s: state=file needs content (the whole file, as text)." % path)
+    data = to_bytes(entry["content"], errors="surrogate_or_strict")
+    if os.path.isdir(path):
+        module.fail_json(msg="%s is a directory: a file cannot replace it." % path)
+    current = None
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            current = fh.read()
+    if current == data:
+        return _attributes(module, entry, False)
+    if module.check_mode:
+        return True
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        module.fail_json(msg="%s: its directory %s does not exist; list it before the file (state=directory)."
+                         % (path, directory))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return _attributes(module, entry, True)
+
+
+def _absent(module, entry):
+    path = entry["path"]
+    if os.path.isdir(path) and not os.path.islink(path):
+        module.fail_json(msg="%s is a directory: node_files removes files and links only." % path)
+    if not os.path.lexists(path):
+        return False
+    if not module.check_mode:
+        os.unlink(path)
+    return True
+
+
+APPLY = {"directory": _directory, "file": _file, "absent": _absent}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "files": {"type": "list", "elements": "dict", "required": True, "options": {
+                "path": {"type": "path", "required": True},
+                "state": {"type": "str", "choices": ["directory", "file", "absent"], "default": "file"},
+                "content": {"type": "str"},
+                "owner": {"type": "str"},
+                "group": {"type": "str"},
+                "mode": {"type": "raw"},
+            }},
+        },
+        supports_check_mode=True,
+    )
+    changed_paths = []
+    for entry in module.params["files"]:
+        if not os.path.isabs(entry["path"]):
+            module.fail_json(msg="%s is not an absolute path." % entry["path"])
+        if APPLY[entry["state"]](module, entry):
+            changed_paths.append(entry["path"])
+    module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""dynatrain.elastic.node_files: a role's directories and small files in one module run (issue 28, item 1:
+a node from a baked image is configured in few module runs). Idempotent, check mode honoured, in order."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dynatrain.elastic.plugins.modules import node_files
+
+
+def run(capsys, files, check=False):
+    with patch_module_args({"files": files, "_ansible_check_mode": check}):
+        with pytest.raises(SystemExit):
+            node_files.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_applies_in_order_then_changes_nothing(tmp_path, capsys):
+    d, f = tmp_path / "etc" / "dt", tmp_path / "etc" / "dt" / "settings"
+    files = [{"path": str(d), "state": "directory", "mode": "0750"},
+             {"path": str(f), "content": "A=1\n", "mode": "0600"}]
+    out = run(capsys, files)
+    assert out["changed"] and out["changed_paths"] == [str(d), str(f)]
+    assert f.read_text() == "A=1\n" and mode(d) == 0o750 and mode(f) == 0o600
+    again = run(capsys, files)
+    assert again["changed"] is False and again["changed_paths"] == []
+
+
+def test_check_mode_says_what_would_change_and_touches_nothing(tmp_path, capsys):
+    d, f = tmp_path / "new", tmp_path / "new" / "unit"
+    out = run(capsys, [{"path": str(d), "state": "directory"}, {"path": str(f), "content": "x"}], check=True)
+    assert out["changed"] and out["changed_paths"] == [str(d), str(f)] and not d.exists()
+
+
+def test_a_changed_content_or_mode_is_rewritten_alone(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("old\n")
+    b.write_text("same\n")
+    os.chmod(b, 0o644)
+    out = run(capsys, [{"path": str(a), "content": "new\n"}, {"path": str(b), "content": "same\n", "mode": "0600"}])
+    assert out["changed_paths"] == [str(a), str(b)] and a.read_text() == "new\n" and mode(b) == 0o600
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]      # no temporary file left
+
+
+def test_absent_removes_a_file_and_is_quiet_when_gone(tmp_path, capsys):
+    key = tmp_path / "id"
+    key.write_text("secret")
+    assert run(capsys, [{"path": str(key), "state": "absent"}])["changed_paths"] == [str(key)]
+    assert not key.exists()
+    assert run(capsys, [{"path": str(key), "state": "absent"}])["changed"] is False
+
+
+@pytest.mark.parametrize("files, says", [
+    ([{"path": "{tmp}/missing/f", "content": "x"}], "does not exist; list it before the file"),
+    ([{"path": "{tmp}/f"}], "needs content"),
+    ([{"path": "{tmp}", "state": "absent"}], "removes files and links only"),
+    ([{"path": "{tmp}", "content": "x"}], "is a directory"),
+    ([{"path": "relative/f", "content": "x"}], "not an absolute path"),
+])
+def test_bad_entries_are_refused_with_what_to_do(tmp_path, capsys, files, says):
+    files = [dict(e, path=e["path"].format(tmp=tmp_path)) for e in files]
+    out = run(capsys, files)
+    assert out["failed"] and says in out["msg"]
