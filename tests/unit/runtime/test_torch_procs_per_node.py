@@ -268,3 +268,42 @@ def test_two_processes_per_node_resize_and_a_lost_local_process(tmp_path, torch_
     assert worlds[0] == 4 and 6 in worlds and worlds[-1] == 4
     st = status(efs)
     assert st["procs_per_node"] == 2 and st["world_size"] == 4 and st["state"] == "finished"
+
+
+PLAIN = r"""
+import json, os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+seen = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "DT_WORKER_IP")}
+print(json.dumps(seen) + "|" + str(int(total.item())), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_a_torchrun_script_gets_a_process_per_local_rank(tmp_path, torch_python):
+    from test_torchrun_script import launch
+    efs = str(tmp_path)
+    script = os.path.join(efs, "plain.py")
+    with open(script, "w") as handle:
+        handle.write(PLAIN)
+    write_hosts(efs, [A, M])
+    proc, log = launch(efs, torch_python, script, [], 23500, extra=["--procs-per-node", "2"])
+    try:
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+    with open(os.path.join(efs, "launcher.out")) as handle:
+        out = handle.read()
+    assert rc == 0, out[-3000:]
+    got = sorted(line.split("] ", 2)[2] for line in out.splitlines() if "[local " in line and "|" in line)
+    seen = [(json.loads(g.split("|")[0]), g.split("|")[1]) for g in got]
+    assert sorted((int(s["RANK"]), s["DT_WORKER_IP"], s["LOCAL_RANK"]) for s, _t in seen) == \
+        [(0, M, "0"), (1, M, "1"), (2, A, "0"), (3, A, "1")], out[-3000:]
+    assert {(s["WORLD_SIZE"], s["LOCAL_WORLD_SIZE"], t) for s, t in seen} == {("4", "2", "6")}   # 0+1+2+3
+    assert status(efs)["state"] == "finished" and status(efs)["world_size"] == 4
