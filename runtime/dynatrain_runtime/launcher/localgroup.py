@@ -7,9 +7,10 @@ that of its local rank 0), and
 
 * fans the launcher's stdin lines out to all of them (an ``assign`` rewritten per local rank), but
   ``recover`` only to local rank 0: one survivor process of the host writes the state;
-* merges their ``@@DT`` messages (``Merge``) into one host's: "ready", "alive", "stop_ack" (the
-  most steps), a "stopped" heartbeat and "done" only once every local process said it; other
-  heartbeats are local rank 0's; everything else (checkpoint, recovery, peer_lost) passes;
+* merges their ``@@DT`` messages (``Merge``) into one host's: "ready", "stop_ack" (the most
+  steps), a "stopped" heartbeat and "done" only once every local process said it, "alive" once
+  every one still at work did (a stopped one may exit while rank 0 writes the stop checkpoint);
+  other heartbeats are local rank 0's; everything else (checkpoint, recovery, peer_lost) passes;
 * passes their output through whole lines, ``[local i]`` in front;
 * ends them all when one fails (an exit status other than 0 or EXIT_STOPPED, or a signal) and
   exits with its status: a lost local process loses its host, as a lost host does.  Once all ended
@@ -50,18 +51,26 @@ class Merge:
             seen.add(local)
         return len(seen) == self.procs
 
+    def _alive(self, msg):
+        """A sign of life once every process still at work gave one since the last: one that said
+        "stopped" or "done" is exiting (rank 0 may still write the stop checkpoint meanwhile)."""
+        quiet = set(self.stopped) | set(self.done)
+        if not self.alive or any(i not in self.alive for i in range(self.procs) if i not in quiet):
+            return []
+        self.alive = set()
+        return [msg]
+
     def take(self, local, msg):
         kind = msg.get("kind")
         if kind == "ready":
             return [msg] if self._all(self.ready, local, msg) else []
-        if kind == "alive":                     # a sign of life once all of them gave one since the last
+        if kind == "alive":
             self.alive.add(local)
-            if len(self.alive) < self.procs:
-                return []
-            self.alive = set()
-            return [msg]
+            return self._alive(msg)
         if kind == "hb" and msg.get("state") == "stopped":
-            return [self.stopped[0]] if self._all(self.stopped, local, msg) else []
+            if self._all(self.stopped, local, msg):
+                return [self.stopped[0]]
+            return self._alive({"kind": "alive", "by": "wrapper"})
         if kind == "hb":
             return [msg] if local == 0 and 0 not in self.stopped else []
         if kind == MSG_STOP_ACK:
@@ -70,7 +79,7 @@ class Merge:
             return [dict(self.acks[0], step=max(int(m.get("step", 0)) for m in self.acks.values()))]
         if kind == "done":
             if not self._all(self.done, local, msg):
-                return []
+                return self._alive({"kind": "alive", "by": "wrapper"})
             return [dict(self.done[0], step=max(int(m.get("step", 0)) for m in self.done.values()))]
         return [msg]
 

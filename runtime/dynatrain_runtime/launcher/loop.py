@@ -691,8 +691,9 @@ class Launcher:
             self.gen_counter = 0
         self.install_signals()
         self.start_metrics()
-        self.out(f"dynatrain launcher starting: engine {a.engine}, {self.procs} process(es) per node, efs {self.efs}, "
-                 f"transport {a.transport}, resize at {a.resize_at}, "
+        per_node = f", {self.procs} process(es) per node" if a.engine == "torch" else ""
+        self.out(f"dynatrain launcher starting: engine {a.engine}{per_node}, efs {self.efs}, transport {a.transport}, "
+                 f"resize at {a.resize_at}, "
                  f"script {a.script} {' '.join(a.script_args)}")
         self.event("launcher_start", pid=os.getpid(), transport=a.transport, resize_at=a.resize_at,
                    script=a.script, script_args=a.script_args, engine=a.engine, procs_per_node=self.procs)
