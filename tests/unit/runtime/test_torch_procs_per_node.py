@@ -116,8 +116,8 @@ def test_the_host_says_stopped_and_done_only_once_every_local_process_did():
     m = Merge(2)
     assert m.take(1, {"kind": "done", "step": 9}) == [] and m.take(0, {"kind": "done", "step": 8})[0]["step"] == 9
     assert m.take(0, {"kind": "checkpoint", "path": "p"}) == [{"kind": "checkpoint", "path": "p"}]
-    assert [i for i, _ in route(b'{"kind": "recover", "generation": 1}\n', 2)] == [0]      # one writer
-    assert [i for i, _ in route(b'{"kind": "stop", "generation": 1}\n', 2)] == [0, 1]
+    assert [i for i, _line in route(b'{"kind": "recover", "generation": 1}\n', 2)] == [0]      # one writer
+    assert [i for i, _line in route(b'{"kind": "stop", "generation": 1}\n', 2)] == [0, 1]
     assigned = [json.loads(line)["env"] for _i, line in route(
         (json.dumps({"kind": "assign", "env": torch_worker_env([A, M], M, 1, 1, 2)[A]}) + "\n").encode(), 2)]
     assert [(e["RANK"], e["LOCAL_RANK"]) for e in assigned] == [("2", "0"), ("3", "1")]
@@ -177,7 +177,7 @@ def test_the_wrapper_runs_the_nodes_processes_as_one_host():
         proc.kill()
         proc.wait()
     assert rc == 0, out
-    msgs = [json.loads(l[5:]) for l in out if l.startswith("@@DT ")]
+    msgs = [json.loads(line[5:]) for line in out if line.startswith("@@DT ")]
     kinds = [m["kind"] for m in msgs]                                 # (local 0's hb may come before 1's ready)
     assert sorted(k for k in kinds if k != "alive") == ["done", "hb", "hb", "ready", "stop_ack"], msgs
     assert "alive" in kinds, msgs
@@ -251,7 +251,7 @@ def test_two_processes_per_node_resize_and_a_lost_local_process(tmp_path, torch_
         assert rc == 0, run.tail()
     finally:
         run.close()
-    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", M], ["ADDED", B], ["FAILED", B]]
+    assert [line[1:3] for line in log_lines(efs)] == [["ADDED", A], ["ADDED", M], ["ADDED", B], ["FAILED", B]]
     by_gen = {}
     for s in seen(efs):
         by_gen.setdefault(s["DT_GENERATION"], []).append(s)
