@@ -1,5 +1,5 @@
-"""``python -m dynatrain_runtime.launcher child [--env K=V ...] [--env-stdin] [--alive S] -- CMD...``: run CMD,
-die with our stdin.
+"""``python -m dynatrain_runtime.launcher child [--env K=V ...] [--env-stdin] [--alive S] [--procs N] -- CMD...``:
+run CMD, die with our stdin.
 
 Every process the launcher starts (locally or over ssh) runs under this wrapper, so
 nothing outlives the launcher or its ssh session: stdin lines are forwarded to the
@@ -9,6 +9,8 @@ stdin line is a JSON object of more environment (the job's secrets: never on a c
 With ``--alive S`` the wrapper says "alive" every S seconds for a child that cannot (a script
 written for torchrun, without the helper API): the child's output then passes through the
 wrapper line by line, so a message never lands inside a line of the script's.
+With ``--procs N`` (N > 1: a torch node's processes, one per GPU) it runs N copies of CMD as one
+host's process (``localgroup``); with N = 1 (MXNet, a CPU node) all goes as above.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import threading
 import time
 
 from ..protocol import MSG_PREFIX
+from .localgroup import run_group
 
 
 def _kill_group(proc, grace=3.0):
@@ -101,6 +104,8 @@ def child_main(argv):
     ap.add_argument("--env-stdin", action="store_true")
     ap.add_argument("--alive", type=float, default=0.0,
                     help="say 'alive' every this many s for the child (0: the child says it itself)")
+    ap.add_argument("--procs", type=int, default=1,
+                    help="run this many copies of the command, LOCAL_RANK 0..N-1 (torch, one per GPU) [1]")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
@@ -118,6 +123,8 @@ def child_main(argv):
                   file=sys.stderr)
             return 2
         env.update(extra)
+    if args.procs > 1:
+        return run_group(cmd, env, args.procs, args.alive)
     try:
         piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if args.alive > 0 else {}
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, start_new_session=True, **piped)

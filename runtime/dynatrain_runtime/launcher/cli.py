@@ -25,6 +25,19 @@ def servers_arg(value):
     return n
 
 
+def procs_arg(value):
+    """``--procs-per-node``: ``auto`` or a positive count."""
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count or 'auto': {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("at least 1 process per node")
+    return n
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(
         prog="dt-launcher",
@@ -37,9 +50,14 @@ def parse_args(argv=None):
                     help="node Python with the engine's framework and dynatrain_runtime, the same path on every "
                          "node [%(default)s]")
     ap.add_argument("--engine", choices=ENGINES, default="mxnet",
-                    help="mxnet: scheduler + servers + one worker per host (dist_sync); torch: one worker per host "
-                         "with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR=master, a fresh MASTER_PORT per "
-                         "generation), no servers [%(default)s]")
+                    help="mxnet: scheduler + servers + one worker per host (dist_sync); torch: --procs-per-node "
+                         "workers per host with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR="
+                         "master, a fresh MASTER_PORT per generation), no servers [%(default)s]")
+    ap.add_argument("--procs-per-node", type=procs_arg, default="auto",
+                    help="torch: worker processes per node, LOCAL_RANK 0..N-1; auto: one per usable GPU of the "
+                         "launcher's node (nvidia-smi, at most DEEPLEARNING_WORKER_GPU_COUNT and "
+                         "CUDA_VISIBLE_DEVICES; the nodes are alike), 1 on a CPU node; N > 1 on CPU nodes runs "
+                         "N gloo processes. mxnet: always 1 (its worker uses every GPU) [%(default)s]")
     ap.add_argument("--script", required=True,
                     help="training script: a path (the same on every node) or a module name run with -m")
     ap.add_argument("--script-api", choices=SCRIPT_APIS, default="elastic",
@@ -104,6 +122,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.script_api == "torchrun" and args.engine != "torch":
         ap.error("--script-api torchrun runs a script written for torchrun: it needs --engine torch")
+    if args.engine != "torch" and args.procs_per_node not in ("auto", 1):
+        ap.error("--procs-per-node: MXNet runs one worker per node (it uses every GPU of the node): torch only")
     if args.script_args and args.script_args[0] == "--":
         args.script_args = args.script_args[1:]
     if args.transport == "local" and os.path.exists(args.script):

@@ -20,11 +20,12 @@ from ..protocol import EXIT_STOPPED
 class Generation:
     """The processes started for one membership, from start to done, stop or failure."""
 
-    def __init__(self, gid, membership, port, resume, plain=False):
+    def __init__(self, gid, membership, port, resume, plain=False, procs=1):
         self.id = gid
         self.plain = plain                      # a torchrun script: no @@DT messages but "alive"
         self.script_failed = set()              # plain: hosts whose script exited badly (kept)
         self.membership = list(membership)
+        self.per_node = procs                   # processes per host (torch: one per GPU), behind one wrapper
         self.port = port
         self.resume = resume                    # (path, meta) or None
         self.resume_step = resume[1]["step"] if resume else 0
@@ -58,7 +59,8 @@ class Generation:
 
     @property
     def world(self):
-        return len(self.membership)
+        """The processes of the group: hosts x processes per host."""
+        return len(self.membership) * self.per_node
 
     def procs(self):
         return list(self.workers.values()) + self.servers

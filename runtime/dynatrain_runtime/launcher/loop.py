@@ -40,7 +40,7 @@ from .metrics import Metrics, serve as serve_metrics
 from .proc import Proc, reap
 from .records import Records
 from .spares import SparePool, server_hosts
-from .torchenv import free_port, torch_worker_env
+from .torchenv import free_port, procs_per_node, torch_worker_env
 from .transport import Transport, secret_env
 
 
@@ -74,6 +74,8 @@ class Launcher:
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
                                    args.ssh_connect_timeout, args.local_ip, secrets=secret_env())
         self.plain = args.script_api == "torchrun"      # no helper API: no spares, no step boundary
+        # torch: a host's process is its wrapper, which runs this many (one per GPU: LOCAL_RANK)
+        self.procs = procs_per_node(getattr(args, "procs_per_node", 1), args.engine)
         self.spares = SparePool(self.spawn, args.warm_spares and not self.plain, args.num_servers, args.spare_depth,
                                 servers=args.engine == "mxnet")      # torch: workers only
         self.master = args.master             # the transport runs the master's processes locally
@@ -108,7 +110,8 @@ class Launcher:
         g = self.gen
         return {"state": self.state, "master": self.master,
                 "membership": list(g.membership) if g else list(self.membership),
-                "world_size": g.world if g else len(self.membership),
+                "world_size": g.world if g else len(self.membership) * self.procs,
+                "procs_per_node": self.procs,
                 "generation": g.id if g else None, "epoch": g.epoch if g else None,
                 "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
@@ -162,14 +165,15 @@ class Launcher:
             argv = [a.python] + script_argv(a.script) + list(a.script_args)
         else:
             argv = [a.python, "-m", "dynatrain_runtime.serve"]
-        cmd = self.transport.command(host, argv, self.static_env(host))
+        cmd = self.transport.command(host, argv, self.static_env(host), procs=self.procs if kind == "worker" else 1)
         return Proc(host, kind, cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
 
     def spawn_plain(self, host, gid, env):
         """A torchrun script's process of generation ``gid``, its environment given at its start."""
         a = self.args
         argv = [a.python] + script_argv(a.script) + list(a.script_args)
-        cmd = self.transport.command(host, argv, dict(self.static_env(host), **env), alive=PLAIN_ALIVE_S)
+        cmd = self.transport.command(host, argv, dict(self.static_env(host), **env), alive=PLAIN_ALIVE_S,
+                                     procs=self.procs)
         proc = Proc(host, "worker", cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
         proc.role, proc.generation, proc.label = "worker", gid, f"worker@{host}"
         proc.assigned_at = proc.started
@@ -187,7 +191,7 @@ class Launcher:
         port = self.args.port_base + (gid % 500)
         if self.args.engine == "torch":         # the store binds on the master, here: skip a taken port
             port = free_port(self.args.port_base, gid)
-        g = Generation(gid, membership, port, resume, plain=self.plain)
+        g = Generation(gid, membership, port, resume, plain=self.plain, procs=self.procs)
         self.joining = None
         clear_stop_request(self.files)
         gen_env = {"DT_GENERATION": str(gid)}
@@ -196,7 +200,7 @@ class Launcher:
         else:
             gen_env["DT_RESUME"] = "none"
         if self.args.engine == "torch":
-            servers, worker_env = [], torch_worker_env(membership, self.master, port, gid)
+            servers, worker_env = [], torch_worker_env(membership, self.master, port, gid, self.procs)
             connect = f"rendezvous {self.master}:{port} (torch.distributed)"
         else:
             servers, worker_env = self._start_servers(g, membership, port, gen_env)
@@ -212,8 +216,10 @@ class Launcher:
         self.gen = g
         self.state = "running" if g.resize is None else "resizing"
         start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
-        self.out(f"generation {gid}: {len(membership)} worker(s) {membership}, {connect}, {start}")
-        self.event("generation_start", generation=gid, membership=membership, world=len(membership), port=port,
+        per_node = f" x {self.procs} processes" if self.procs > 1 else ""
+        self.out(f"generation {gid}: {len(membership)} worker(s){per_node} {membership}, {connect}, {start}")
+        self.event("generation_start", generation=gid, membership=membership, world=g.world, port=port,
+                   procs_per_node=self.procs,
                    servers=servers, engine=self.args.engine,
                    resume_step=g.resume_step, resume_path=resume[0] if resume else None)
         return g
@@ -414,7 +420,8 @@ class Launcher:
             return                              # train on while the new hosts import MXNet
         since, self.joining = (self.joining or {}).get("since", now), None
         self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3),
-                               "from": g.membership, "to": hosts, "from_world": g.world, "to_world": len(hosts),
+                               "from": g.membership, "to": hosts, "from_world": g.world,
+                               "to_world": len(hosts) * self.procs,
                                "added": added, "removed": removed, "resize_at": self.args.resize_at,
                                "from_generation": g.id}
         drained = [h for h in removed if h in self.draining]
@@ -684,11 +691,12 @@ class Launcher:
             self.gen_counter = 0
         self.install_signals()
         self.start_metrics()
-        self.out(f"dynatrain launcher starting: engine {a.engine}, efs {self.efs}, transport {a.transport}, "
+        per_node = f", {self.procs} process(es) per node" if a.engine == "torch" else ""
+        self.out(f"dynatrain launcher starting: engine {a.engine}{per_node}, efs {self.efs}, transport {a.transport}, "
                  f"resize at {a.resize_at}, "
                  f"script {a.script} {' '.join(a.script_args)}")
         self.event("launcher_start", pid=os.getpid(), transport=a.transport, resize_at=a.resize_at,
-                   script=a.script, script_args=a.script_args, engine=a.engine)
+                   script=a.script, script_args=a.script_args, engine=a.engine, procs_per_node=self.procs)
         removed = self.store.clean(max_age=TMP_AGE_AT_START)     # what writers killed with us left
         if removed:
             self.out(f"removed unfinished checkpoint writes {removed}")
@@ -792,7 +800,7 @@ class Launcher:
             self.membership = [h for h in self.membership if h not in info or h == self.master]
         if self.pending_resize is not None:
             self.pending_resize["to"] = self.membership
-            self.pending_resize["to_world"] = len(self.membership)
+            self.pending_resize["to_world"] = len(self.membership) * self.procs
 
     def _stop(self):
         self.kill_everything()

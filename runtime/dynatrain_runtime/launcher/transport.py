@@ -50,10 +50,13 @@ class Transport:
                 "-o", f"ConnectTimeout={self.connect_timeout}",
                 f"{self.ssh_user}@{host}"]
 
-    def command(self, host, argv, env, alive=0.0):
+    def command(self, host, argv, env, alive=0.0, procs=1):
         """The command line; public settings only (a remote process's secrets: ``stdin_head``).
-        ``alive``: the wrapper says "alive" for the process every this many s (one that cannot)."""
+        ``alive``: the wrapper says "alive" for the process every this many s (one that cannot);
+        ``procs`` > 1: the wrapper runs that many copies, one per local rank (torch, one per GPU)."""
         wrapper = [self.python] + CHILD + (["--alive", str(alive)] if alive else [])
+        if procs > 1:
+            wrapper += ["--procs", str(procs)]
         for key in sorted(env):
             wrapper += ["--env", f"{key}={env[key]}"]
         if self.stdin_head(host):
