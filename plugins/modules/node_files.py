@@ -61,7 +61,9 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - The task that writes a secret sets C(no_log=true): the content is a module argument.
+  - "The task that writes a secret sets C(no_log=true): the content is a module argument."
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
