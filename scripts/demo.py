@@ -38,6 +38,13 @@ class DemoError(RuntimeError):
     pass
 
 
+def _local_cluster_name():
+    """dt_cluster_name of the local inventory (its one home): the cluster the playbooks act on without -e."""
+    import yaml
+    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml"), encoding="utf-8") as fh:
+        return yaml.safe_load(fh)["dt_cluster_name"]
+
+
 def read_lines_since(path, offset):
     """The complete lines of ``path`` from byte ``offset`` on, and the offset after them.
 
@@ -363,7 +370,7 @@ def print_summary(s):
             print("    world %d: %8.1f samples/s  (%d epoch%s)" % (world, rate, epochs, "" if epochs == 1 else "s"))
     print("  timeline (world size, samples/s, accuracy; resizes marked): %s" % s["timeline"])
     print()
-    cluster = "" if s["cluster"] == "dtdemo" else " -e dt_cluster_name=%s" % s["cluster"]
+    cluster = "" if s["cluster"] == _local_cluster_name() else " -e dt_cluster_name=%s" % s["cluster"]
     print("The cluster is still up. At the repository root, try:")
     print("  source .venv/bin/activate")
     print("  ansible-playbook status.yml%s" % cluster)
@@ -375,7 +382,7 @@ def print_summary(s):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cluster", default=os.environ.get("DT_DEMO_CLUSTER", "dtdemo"))
+    p.add_argument("--cluster", default=os.environ.get("DT_DEMO_CLUSTER") or _local_cluster_name())
     p.add_argument("--workers", type=int, default=1, help="base workers besides the master")
     p.add_argument("--subnet", default="", help="subnet CIDR (default: the inventory's)")
     p.add_argument("--elastic", action=argparse.BooleanOptionalAction, default=True,

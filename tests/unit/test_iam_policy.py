@@ -471,13 +471,13 @@ def test_the_boundary_allows_only_the_checkpoint_bucket():
 def test_the_masters_own_policy_fits_inside_the_boundary():
     """What checkpoint_policy.json.j2 grants (resume_from aside) is inside the boundary, so the boundary
     takes nothing from the master that it needs."""
-    template = (ROOT / "roles" / "cluster" / "templates" / "checkpoint_policy.json.j2").read_text(encoding="utf-8")
+    template = (ROOT / "roles" / "checkpoint_bucket" / "templates" / "checkpoint_policy.json.j2").read_text(encoding="utf-8")
     own = set(re.findall(r"'(s3:[A-Z][A-Za-z]+)'", template))
     assert own and own <= {a for s in _load(BOUNDARY_FILE)["Statement"] for a in _actions(s)}
 
 
 def test_bootstrap_sets_the_boundary_on_the_role_it_creates():
-    tasks = yaml.safe_load((ROOT / "roles" / "cluster" / "tasks" / "checkpoints.yml").read_text(encoding="utf-8"))
+    tasks = yaml.safe_load((ROOT / "roles" / "checkpoint_bucket" / "tasks" / "main.yml").read_text(encoding="utf-8"))
 
     def walk(items):
         for task in items:
@@ -486,7 +486,7 @@ def test_bootstrap_sets_the_boundary_on_the_role_it_creates():
                 yield from walk(task.get(key, []))
 
     roles = [t["amazon.aws.iam_role"] for t in walk(tasks) if "amazon.aws.iam_role" in t]
-    assert roles and all("_cluster_boundary_arn" in r.get("boundary", "") for r in roles)
-    default = yaml.safe_load((ROOT / "roles" / "cluster" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    assert default["cluster_permissions_boundary"] == ""
+    assert roles and all("_checkpoint_bucket_boundary_arn" in r.get("boundary", "") for r in roles)
+    default = yaml.safe_load((ROOT / "roles" / "checkpoint_bucket" / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    assert default["checkpoint_bucket_permissions_boundary"] == ""
     assert ":policy/dynatrain-master-boundary" in json.dumps(tasks)

@@ -51,8 +51,7 @@ def cloud(moto_endpoint):
 def inventory(tmp_path, endpoint, ids):
     with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
         settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"),
-                    dt_cluster=CLUSTER)
+    settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     broken = {"ansible_connection": "local", "ansible_become": False, "dt_role": "worker",
               "ansible_python_interpreter": str(tmp_path / "no-python")}

@@ -1,4 +1,4 @@
-"""roles/cluster checkpoints.yml and teardown_checkpoints.yml (issue 27), run with ansible-playbook
+"""roles/checkpoint_bucket main and teardown (issue 27; the cluster role runs both), run with ansible-playbook
 against an in-process moto server behind the local cloud's call recorder (localcloud/request_log.py):
 
 - the checkpoint bucket ends versioned, with a lifecycle rule that aborts incomplete multipart
@@ -81,10 +81,11 @@ def _play(tmp_path, cloud, tasks_from, **variables):
         "module_defaults": {"group/amazon.aws.aws": aws, "group/community.aws.aws": aws},
         "tasks": [{
             "name": "Run " + tasks_from,
-            "ansible.builtin.include_role": {"name": "dynatrain.elastic.cluster", "tasks_from": tasks_from},
-            "vars": dict({"cluster_name": CLUSTER, "cluster_region": "us-east-1",
-                          "cluster_endpoint_url": cloud["endpoint"], "cluster_access_key": "localcloud",
-                          "cluster_secret_key": "localcloud", "cluster_state_dir": str(tmp_path)}, **variables),
+            "ansible.builtin.include_role": {"name": "dynatrain.elastic.checkpoint_bucket", "tasks_from": tasks_from},
+            "vars": dict({"checkpoint_bucket_cluster_name": CLUSTER, "checkpoint_bucket_region": "us-east-1",
+                          "checkpoint_bucket_endpoint_url": cloud["endpoint"], "checkpoint_bucket_access_key": "localcloud",
+                          "checkpoint_bucket_secret_key": "localcloud",
+                          "checkpoint_bucket_tags": {"dynatrain:cluster": CLUSTER}}, **variables),
         }],
     }]
     path = tmp_path / ("%s.yml" % tasks_from)
@@ -110,8 +111,8 @@ def _not_allowed(called):
 @pytest.fixture(scope="module")
 def bootstrapped(cloud, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bootstrap")
-    first = _play(tmp, cloud, "checkpoints.yml", cluster_resume_from="s3://other-bucket/c0/job/")
-    second = _play(tmp, cloud, "checkpoints.yml", cluster_resume_from="s3://other-bucket/c0/job/")
+    first = _play(tmp, cloud, "main.yml", checkpoint_bucket_resume_from="s3://other-bucket/c0/job/")
+    second = _play(tmp, cloud, "main.yml", checkpoint_bucket_resume_from="s3://other-bucket/c0/job/")
     return first, second, _product_calls(cloud)
 
 
@@ -172,7 +173,7 @@ def test_teardown_deletes_every_version_of_the_cluster_and_the_bucket_once_empty
     s3.put_object(Bucket=BUCKET, Key=CLUSTER + "/job/events.jsonl", Body=b"{}")
     s3.put_object(Bucket=BUCKET, Key="other/job/LATEST.json", Body=b"other")
 
-    rc, out = _play(tmp_path, cloud, "teardown_checkpoints.yml")
+    rc, out = _play(tmp_path, cloud, "teardown.yml", checkpoint_bucket_delete_checkpoints=True)
     assert rc == 0, out[-3000:]
     listed = s3.list_object_versions(Bucket=BUCKET)
     left = [v["Key"] for v in listed.get("Versions", []) + listed.get("DeleteMarkers", [])]
@@ -181,10 +182,10 @@ def test_teardown_deletes_every_version_of_the_cluster_and_the_bucket_once_empty
 
     s3.delete_object(Bucket=BUCKET, Key="other/job/LATEST.json",
                      VersionId=listed["Versions"][0]["VersionId"])
-    rc, out = _play(tmp_path, cloud, "teardown_checkpoints.yml")
+    rc, out = _play(tmp_path, cloud, "teardown.yml", checkpoint_bucket_delete_checkpoints=True)
     assert rc == 0, out[-3000:]
     assert BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
-    rc, out = _play(tmp_path, cloud, "teardown_checkpoints.yml")  # nothing left: nothing to do
+    rc, out = _play(tmp_path, cloud, "teardown.yml", checkpoint_bucket_delete_checkpoints=True)  # nothing left: nothing to do
     assert rc == 0 and "changed=0" in out, out[-3000:]
 
     called = _product_calls(cloud)
@@ -201,20 +202,20 @@ HOSTILE = [
 
 
 def test_checkpoint_policy_is_data_whatever_resume_from_holds(tmp_path):
-    template = os.path.join(ROOT, "roles", "cluster", "templates", "checkpoint_policy.json.j2")
+    template = os.path.join(ROOT, "roles", "checkpoint_bucket", "templates", "checkpoint_policy.json.j2")
     play = [{
         "name": "Render",
         "hosts": "localhost",
         "connection": "local",
         "gather_facts": False,
-        "vars": {"cluster_checkpoint_bucket_name": BUCKET, "cluster_name": CLUSTER},
+        "vars": {"checkpoint_bucket_s3_bucket": BUCKET, "checkpoint_bucket_cluster_name": CLUSTER},
         "tasks": [{
             "name": "Render the policy",
             "ansible.builtin.copy": {"content": "{{ lookup('ansible.builtin.template', '%s') }}" % template,
                                      "dest": "%s/policy-{{ index }}.json" % tmp_path, "mode": "0600"},
             "loop": "{{ resume_froms }}",
             "loop_control": {"index_var": "index"},
-            "vars": {"cluster_resume_from": "{{ item }}"},
+            "vars": {"checkpoint_bucket_resume_from": "{{ item }}"},
         }],
     }]
     path = tmp_path / "render.yml"
@@ -246,6 +247,6 @@ def test_a_boundary_that_does_not_exist_is_refused_saying_who_creates_it(cloud, 
         cloud["iam"].create_role(RoleName="dt-no-boundary", AssumeRolePolicyDocument="{}",
                                  PermissionsBoundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
     assert err.value.response["Error"]["Code"] == "NoSuchEntity"
-    rc, out = _play(tmp_path, cloud, "checkpoints.yml", cluster_name="nobound",
-                    cluster_permissions_boundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
+    rc, out = _play(tmp_path, cloud, "main.yml", checkpoint_bucket_cluster_name="nobound",
+                    checkpoint_bucket_permissions_boundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
     assert rc != 0 and "created once per account by an administrator" in out, out[-3000:]
