@@ -412,3 +412,41 @@ def test_the_runtime_wheel_ships_the_engines_and_a_pinned_torch_extra(tmp_path):
     torch_reqs = [line for line in requires if line.startswith("Requires-Dist: torch")]
     assert torch_reqs == ['Requires-Dist: torch==2.13.0; extra == "torch"'], torch_reqs   # exact, extra only
     assert not [line for line in requires if "torch" in line and 'extra == "torch"' not in line]
+
+
+def test_a_rank_waits_for_the_rendezvous_store_in_steps_of_milliseconds_not_torchs_backoff():
+    """A rank other than 0 looks for rank 0's store every 10 ms (torch's own client backs off to ~0.5 s: a
+    store up 50 ms late cost its client 0.58 s, the slow first steps of some resizes)."""
+    import socket
+    import threading
+    from dynatrain_runtime.engines.torch import wait_for_store
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    started = threading.Event()
+
+    def store_up_late(late=0.15):
+        time.sleep(late)
+        with socket.socket() as srv:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(4)
+            started.set()
+            srv.settimeout(2.0)
+            try:
+                srv.accept()[0].close()
+            except OSError:
+                pass
+
+    t = threading.Thread(target=store_up_late, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    assert wait_for_store(env, timeout=5.0) is True
+    waited = time.monotonic() - t0
+    assert started.is_set() and 0.14 <= waited < 0.4, waited
+    t.join(3)
+    # nothing listens: it gives up at its timeout (init_process_group then reports the error itself)
+    t0 = time.monotonic()
+    assert wait_for_store(env, timeout=0.2) is False
+    assert time.monotonic() - t0 < 1.0
