@@ -18,7 +18,7 @@ from ._version import __version__
 from .checkpoint import CheckpointStore, audit_check
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, shard
 from .elastic import Batch, Elastic
-from .protocol import EXIT_STOPPED
+from .contract.protocol import EXIT_STOPPED
 
 __all__ = ["BATCH_POLICIES", "EXIT_STOPPED", "Batch", "CheckpointStore", "Elastic", "LrSchedule",
            "__version__", "audit_check", "epoch_order", "plan_step", "shard"]

@@ -22,8 +22,8 @@ import tempfile
 import time
 
 from ..checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
-from ..shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE, JobFiles,
-                             fsync_directory, read_json, write_json)
+from ..contract.shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE,
+                                      JobFiles, fsync_directory, read_json, write_json)
 
 SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")

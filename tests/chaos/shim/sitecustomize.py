@@ -176,7 +176,7 @@ def _patch_shared_volume(mod):
 
 
 _PATCHES = {"dynatrain_runtime.checkpoint": _patch_checkpoint,
-            "dynatrain_runtime.shared_volume": _patch_shared_volume}
+            "dynatrain_runtime.contract.shared_volume": _patch_shared_volume}
 
 
 class _Loader(importlib.abc.Loader):

@@ -167,7 +167,7 @@ def test_sigterm_then_restart_resumes(tmp_path, node_python, digits_npz):
 
 
 def test_spot_drain_leaves_at_the_next_step_with_nothing_recomputed(tmp_path, node_python, digits_npz):
-    from dynatrain_runtime.shared_volume import JobFiles, read_drain_requests, write_drain_request
+    from dynatrain_runtime.contract.shared_volume import JobFiles, read_drain_requests, write_drain_request
     efs = str(tmp_path)
     write_hosts(efs, [A, B, M])
     # epoch boundaries and no periodic checkpoint: only a stop at the very step could avoid recomputing

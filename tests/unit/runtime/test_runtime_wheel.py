@@ -23,7 +23,7 @@ def wheel(tmp_path_factory):
 
 def test_the_format_module_is_the_collections_byte_for_byte(wheel):
     with zipfile.ZipFile(wheel[0]) as zf:
-        shipped = zf.read("dynatrain_runtime/shared_volume.py")
+        shipped = zf.read("dynatrain_runtime/contract/shared_volume.py")
     with open(FORMAT, "rb") as handle:
         assert shipped == handle.read()
 
@@ -40,8 +40,9 @@ def test_wheel_has_the_package_and_the_commands(wheel):
     with zipfile.ZipFile(wheel[0]) as zf:
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for module in ("__init__", "elastic", "data", "checkpoint", "shared_volume", "protocol", "serve", "_version",
-                   "launcher/loop", "launcher/cli", "examples/train_digits", "examples/prepare_digits", "daemons/s3sync", "daemons/spot"):
+    for module in ("__init__", "elastic", "data", "checkpoint", "contract/shared_volume", "contract/protocol",
+                   "engines/mxnet_serve", "_version", "launcher/loop", "launcher/cli", "examples/train_digits",
+                   "examples/prepare_digits", "daemons/s3sync", "daemons/spot"):
         assert f"dynatrain_runtime/{module}.py" in names, module
     assert not any("build.py" in n or "__pycache__" in n for n in names)
     for command in ("dt-launcher = dynatrain_runtime.launcher:main",

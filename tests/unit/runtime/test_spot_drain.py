@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dynatrain_runtime import shared_volume
+from dynatrain_runtime.contract import shared_volume
 from dynatrain_runtime.daemons import spot
 from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation

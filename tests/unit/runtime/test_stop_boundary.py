@@ -7,7 +7,7 @@ import json
 import threading
 import time
 
-from dynatrain_runtime import protocol
+from dynatrain_runtime.contract import protocol
 from dynatrain_runtime.elastic import Elastic
 from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation
