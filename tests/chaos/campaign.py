@@ -100,7 +100,7 @@ class JobConfig(object):
 def _runtime():
     """The product modules the harness uses (imported late: ``--code tree`` puts the tree first)."""
     return (importlib.import_module("dynatrain_runtime.contract.shared_volume"),
-            importlib.import_module("dynatrain_runtime.checkpoint"))
+            importlib.import_module("dynatrain_runtime.contract.checkpoint"))
 
 
 # ====================================================================== processes

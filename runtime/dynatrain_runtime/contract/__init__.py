@@ -6,9 +6,12 @@
   examples here, the collection's modules on the controller.  Not in the source tree:
   ``runtime/build.py`` copies the collection's ``plugins/module_utils/shared_volume.py`` in,
   byte-identical.
+* ``checkpoint`` -- the checkpoints on the volume (``CheckpointStore``: atomic commit, digests,
+  the newest that verifies) and the exact-once audit: written by the script API (rank 0, a
+  survivor), read by the launcher (the step to resume from) and ``dt-checkpoint-sync``.
 * ``protocol`` -- the launcher <-> process channel (``@@DT`` lines on stdout, JSON commands
   on stdin) and the exit statuses: the launcher on one side, the processes it starts (the
   script API's ``Elastic``, ``engines.mxnet_serve``) on the other.
 
-Standard library only.
+Standard library only; nothing here imports another part of the runtime.
 """

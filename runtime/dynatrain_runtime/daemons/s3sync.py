@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from ..checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
+from ..contract.checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
 from ..contract.shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE,
                                       JobFiles, fsync_directory, read_json, write_json)
 

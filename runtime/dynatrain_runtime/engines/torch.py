@@ -32,8 +32,8 @@ from __future__ import annotations
 import datetime
 import os
 
-from .. import devices
-from ..recovery import BoundarySnapshot, boundary_meta
+from ..script import devices
+from ..script.recovery import BoundarySnapshot, boundary_meta
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"

@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-from ..checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
+from ..contract.checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
 from ..contract.protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
                                  stop_command)
 from ..contract.shared_volume import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from dynatrain_runtime import checkpoint as ck
+from dynatrain_runtime.contract import checkpoint as ck
 from dynatrain_runtime.contract import shared_volume
 from dynatrain_runtime.contract import shared_volume as hwf
 from dynatrain_runtime.launcher import loop, membership, parse_args

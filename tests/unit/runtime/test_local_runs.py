@@ -11,7 +11,7 @@ import pytest
 
 from conftest import (LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts)
 
-from dynatrain_runtime.checkpoint import audit_check
+from dynatrain_runtime.contract.checkpoint import audit_check
 
 EPOCHS = ["--epochs", "5", "--seed", "42", "--global-batch", "64", "--lr", "0.1"]
 M, A, B, C = "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"

@@ -13,7 +13,7 @@ boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
 from dynatrain_runtime.daemons import s3sync  # noqa: E402
-from dynatrain_runtime.checkpoint import CheckpointStore  # noqa: E402
+from dynatrain_runtime.contract.checkpoint import CheckpointStore  # noqa: E402
 
 BUCKET = "dt-ckpt-test"
 URL = "s3://%s/c1/job1/" % BUCKET

@@ -129,7 +129,7 @@ def test_launcher_refuses_to_drain_the_master(tmp_path):
 def test_a_survivor_that_gives_an_existing_checkpoint_of_its_step_is_a_survivor_recovery(tmp_path):
     """The last completed step was checkpointed already (a periodic save): the survivor's answer names
     that checkpoint (CheckpointStore.write keeps a verified one), and the job lost nothing."""
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     la = launcher(tmp_path)
     write_hosts(tmp_path, [A, B, M])
     g = Generation(2, [A, B, M], 9000, None)

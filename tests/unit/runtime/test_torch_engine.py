@@ -14,7 +14,7 @@ import pytest
 
 from conftest import LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts
 
-from dynatrain_runtime.checkpoint import audit_check
+from dynatrain_runtime.contract.checkpoint import audit_check
 from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_request
 from test_local_runs import final
 from test_recovery import committed_once, failure_records, status_step
@@ -294,7 +294,7 @@ CHECKPOINT_SCRIPT = textwrap.dedent("""
     import json, os, pickle, sys
     import torch
     from dynatrain_runtime.engines.torch import TorchEngine, TorchSnapshot, read_state, save_state
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     base, marker = sys.argv[1], sys.argv[2]
 
     class Payload(object):

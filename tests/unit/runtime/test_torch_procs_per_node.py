@@ -203,7 +203,7 @@ def test_one_failed_local_process_ends_the_host():
 # ---------------------------------------------------------------------- a real torch job, 2 processes per node
 PROBE = r"""
 import json, os, sys
-from dynatrain_runtime import elastic
+from dynatrain_runtime.script import elastic
 from dynatrain_runtime.contract import protocol
 
 def probe():

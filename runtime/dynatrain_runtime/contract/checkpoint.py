@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from .contract.shared_volume import CHECKPOINT_META, CHECKPOINT_PREFIX, fsync_directory
+from .shared_volume import CHECKPOINT_META, CHECKPOINT_PREFIX, fsync_directory
 
 CKPT_PREFIX = CHECKPOINT_PREFIX
 META = CHECKPOINT_META
