@@ -1,7 +1,7 @@
 """Build the node runtime wheel: ``python runtime/build.py --out DIR``.
 
 The wheel is built from a temporary copy of ``runtime/`` to which two files are added:
-``shared_volume.py`` -- the collection's ``plugins/module_utils/shared_volume.py``,
+``contract/shared_volume.py`` -- the collection's ``plugins/module_utils/shared_volume.py``,
 the shared volume's one contract, copied unchanged -- and ``_version.py``:
 the collection version plus a digest of the sources (``0.1.0+g1a2b3c4d5e``), so a node
 reinstalls exactly when the code changed.  Older ``dynatrain_runtime-*.whl`` in DIR
@@ -56,7 +56,7 @@ def stage(tmp, ver):
     pkg = os.path.join(src, PACKAGE)
     with open(FORMAT_SRC) as handle:
         fmt = handle.read()
-    with open(os.path.join(pkg, "shared_volume.py"), "w") as handle:
+    with open(os.path.join(pkg, "contract", "shared_volume.py"), "w") as handle:
         handle.write(fmt)   # byte-identical: the launcher role verifies it
     with open(os.path.join(pkg, "_version.py"), "w") as handle:
         handle.write(f'__version__ = "{ver}"\n')

@@ -5,7 +5,7 @@ the shared directory and the processes it started for a host.  One home for the 
 
 import os
 
-from dynatrain_runtime import shared_volume       # the volume's one contract (make runtime installs it)
+from dynatrain_runtime.contract import shared_volume       # the volume's one contract (make runtime installs it)
 
 
 def write_hosts(efs, hosts):

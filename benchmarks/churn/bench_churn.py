@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize as br  # noqa: E402  (one home for driving the launcher locally)
 from localjob import host_pids  # noqa: E402  (on sys.path through bench_resize)
 
-from dynatrain_runtime.shared_volume import JobFiles, write_drain_request  # noqa: E402
+from dynatrain_runtime.contract.shared_volume import JobFiles, write_drain_request  # noqa: E402
 
 MASTER = "127.0.10.41"
 WORKERS = ["127.0.10.42", "127.0.10.43", "127.0.10.44"]

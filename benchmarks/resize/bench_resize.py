@@ -34,7 +34,7 @@ NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, write_hosts  # noqa: E402  (the benchmarks use them as br.*)
-from dynatrain_runtime import shared_volume  # noqa: E402
+from dynatrain_runtime.contract import shared_volume  # noqa: E402
 
 
 class RunFailed(SystemExit):

@@ -14,7 +14,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-from dynatrain_runtime.elastic import init_trainer_kvstore
+from dynatrain_runtime.script.elastic import init_trainer_kvstore
 from dynatrain_runtime.examples.train_digits import MODELS, build_net, forward_eval
 
 ap = argparse.ArgumentParser()

@@ -5,9 +5,9 @@
 
 The collection's modules (``host_worker``, ``job_info``, ``timeline_plot``) import it, and it
 is shipped unchanged to the nodes (``runtime/build.py`` copies it into the runtime wheel as
-``dynatrain_runtime.shared_volume``), where the launcher, the training script's helper API and
-the node daemons import it; so this file imports nothing but the standard library, and its
-public names are that runtime's interface: keep them and their signatures.
+``dynatrain_runtime.contract.shared_volume``), where the launcher, the training script's helper
+API and the node daemons import it; so this file imports nothing but the standard library, and
+its public names are that runtime's interface: keep them and their signatures.
 
 Under the volume (``EFS_MOUNT``), the layout of ``JobFiles``:
 

@@ -99,8 +99,8 @@ class JobConfig(object):
 
 def _runtime():
     """The product modules the harness uses (imported late: ``--code tree`` puts the tree first)."""
-    return (importlib.import_module("dynatrain_runtime.shared_volume"),
-            importlib.import_module("dynatrain_runtime.checkpoint"))
+    return (importlib.import_module("dynatrain_runtime.contract.shared_volume"),
+            importlib.import_module("dynatrain_runtime.contract.checkpoint"))
 
 
 # ====================================================================== processes
@@ -782,7 +782,7 @@ def _stall(job, rng, inj, hold):
 
 HOLDER = r"""
 import os, signal, sys
-from dynatrain_runtime import shared_volume as hwf
+from dynatrain_runtime.contract import shared_volume as hwf
 efs = sys.argv[1]
 with hwf.locked(os.path.join(efs, "host_worker")):
     with hwf.locked(os.path.join(efs, "host_worker_log")):
@@ -1075,14 +1075,14 @@ def stage_code(kind, dest):
     """A runtime package to put first on the path: this working tree's (``tree``) or HEAD's (``head``).
 
     Assembled as runtime/build.py stages the wheel: the package plus the collection's
-    ``shared_volume.py`` and a ``_version.py``.  Returns ``(directory, version)``.
+    ``shared_volume.py`` (into ``contract/``) and a ``_version.py``.  Returns ``(directory, version)``.
     """
     pkg = os.path.join(dest, "dynatrain_runtime")
     fmt = os.path.join("plugins", "module_utils", "shared_volume.py")
     if kind == "tree":
         shutil.copytree(os.path.join(ROOT, "runtime", "dynatrain_runtime"), pkg,
                         ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(os.path.join(ROOT, fmt), pkg)
+        shutil.copy(os.path.join(ROOT, fmt), os.path.join(pkg, "contract"))
     else:
         rev = subprocess.check_output(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], text=True).strip()
         raw = os.path.join(dest, "git")
@@ -1091,7 +1091,7 @@ def stage_code(kind, dest):
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", raw], input=archive, check=True)
         shutil.move(os.path.join(raw, "runtime", "dynatrain_runtime"), pkg)
-        shutil.copy(os.path.join(raw, fmt), pkg)
+        shutil.copy(os.path.join(raw, fmt), os.path.join(pkg, "contract"))
         shutil.rmtree(raw)
     digest = hashlib.sha256()
     for path in sorted(glob.glob(os.path.join(pkg, "**", "*.py"), recursive=True)):

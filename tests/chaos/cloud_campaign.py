@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 
 import demo  # noqa: E402  (the reader of the cluster's shared volume and status)
 
-from dynatrain_runtime.checkpoint import CheckpointStore, audit_check  # noqa: E402
+from dynatrain_runtime import CheckpointStore, audit_check  # noqa: E402
 
 CLUSTER = "chaoscloud"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.83.0.0/16", "dt_subnet_cidr": "127.83.1.0/24"}

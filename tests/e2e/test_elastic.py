@@ -25,7 +25,7 @@ import pytest
 
 from conftest import ROOT, demo, playbook, start_playbook
 
-from dynatrain_runtime.checkpoint import CheckpointStore, audit_check  # the runtime wheel (make runtime)
+from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import os
 
-from .. import devices
-from ..recovery import BoundarySnapshot
+from ..script import devices
+from ..script.recovery import BoundarySnapshot
 
 STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
 STATES_FILE = "optimizer.states"      # the optimizer state's arrays (MXNet's NDArray format)

@@ -34,8 +34,8 @@ import os
 import socket
 import time
 
-from .. import devices
-from ..recovery import BoundarySnapshot, boundary_meta
+from ..script import devices
+from ..script.recovery import BoundarySnapshot, boundary_meta
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"

@@ -16,7 +16,7 @@ import io
 import os
 import sys
 
-from dynatrain_runtime.shared_volume import atomic_write
+from dynatrain_runtime.contract.shared_volume import atomic_write
 
 DEFAULT_OUT = "/var/lib/dynatrain/data/digits.npz"
 

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from ..protocol import MSG_PREFIX
+from ..contract.protocol import MSG_PREFIX
 from .localgroup import run_group
 
 

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..engines import ENGINES
-from ..protocol import RESIZE_AT, SCRIPT_APIS
+from ..contract.protocol import RESIZE_AT, SCRIPT_APIS
 from .child import child_main
 from .loop import Launcher
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from ..protocol import EXIT_STOPPED
+from ..contract.protocol import EXIT_STOPPED
 
 
 class Generation:

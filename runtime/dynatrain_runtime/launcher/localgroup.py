@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from ..protocol import CMD_RECOVER, EXIT_STOPPED, MSG_PREFIX, MSG_STOP_ACK, parse_message
+from ..contract.protocol import CMD_RECOVER, EXIT_STOPPED, MSG_PREFIX, MSG_STOP_ACK, parse_message
 from .torchenv import local_env
 
 

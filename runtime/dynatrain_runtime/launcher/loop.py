@@ -29,11 +29,12 @@ import threading
 import time
 import traceback
 
-from ..checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
-from ..protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
-                        stop_command)
-from ..shared_volume import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
-                             read_drain_requests, read_warm_requests, warm_dir, write_json, write_stop_request)
+from ..contract.checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
+from ..contract.protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
+                                 stop_command)
+from ..contract.shared_volume import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
+                                      read_drain_requests, read_warm_requests, warm_dir, write_json,
+                                      write_stop_request)
 from .generation import Generation
 from .membership import Membership
 from .metrics import Metrics, serve as serve_metrics
@@ -164,7 +165,7 @@ class Launcher:
         if kind == "worker":
             argv = [a.python] + script_argv(a.script) + list(a.script_args)
         else:
-            argv = [a.python, "-m", "dynatrain_runtime.serve"]
+            argv = [a.python, "-m", "dynatrain_runtime.engines.mxnet_serve"]
         cmd = self.transport.command(host, argv, self.static_env(host), procs=self.procs if kind == "worker" else 1)
         return Proc(host, kind, cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
 

@@ -8,7 +8,7 @@ retried by the launcher's loop (``retry``) until it goes through.
 
 from __future__ import annotations
 
-from .. import shared_volume
+from ..contract import shared_volume
 
 LOCK_TIMEOUT = 5.0      # s: the loop must keep watching its workers; a failed try is retried
 

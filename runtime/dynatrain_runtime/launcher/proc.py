@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from ..protocol import parse_message
+from ..contract.protocol import parse_message
 
 
 class Proc:

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from ..shared_volume import append_jsonl, write_json
+from ..contract.shared_volume import append_jsonl, write_json
 
 
 class Records:

@@ -18,7 +18,7 @@ import os
 import socket
 import subprocess
 
-from .. import devices
+from ..script import devices
 
 AUTO = "auto"
 

@@ -175,8 +175,8 @@ def _patch_shared_volume(mod):
     mod.append_log = append_log
 
 
-_PATCHES = {"dynatrain_runtime.checkpoint": _patch_checkpoint,
-            "dynatrain_runtime.shared_volume": _patch_shared_volume}
+_PATCHES = {"dynatrain_runtime.contract.checkpoint": _patch_checkpoint,
+            "dynatrain_runtime.contract.shared_volume": _patch_shared_volume}
 
 
 class _Loader(importlib.abc.Loader):

@@ -92,7 +92,7 @@ class LauncherRun(object):
 
 
 def latest_meta(efs):
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     latest = CheckpointStore(os.path.join(efs, "checkpoints")).latest()
     return latest[1] if latest else None
 

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from dynatrain_runtime import checkpoint as d
-from dynatrain_runtime import shared_volume
+from dynatrain_runtime.contract import checkpoint as d
+from dynatrain_runtime.contract import shared_volume
 from dynatrain_runtime.launcher import loop, parse_args
 
 

@@ -19,12 +19,12 @@ import time
 
 import pytest
 
-from dynatrain_runtime import checkpoint as ck
-from dynatrain_runtime import shared_volume
-from dynatrain_runtime import shared_volume as hwf
+from dynatrain_runtime.contract import checkpoint as ck
+from dynatrain_runtime.contract import shared_volume
+from dynatrain_runtime.contract import shared_volume as hwf
 from dynatrain_runtime.launcher import loop, membership, parse_args
 from dynatrain_runtime.launcher.generation import Generation
-from dynatrain_runtime.protocol import EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER
+from dynatrain_runtime.contract.protocol import EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER
 
 M, A, B = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -1,4 +1,4 @@
-"""Device selection (dynatrain_runtime.devices, Elastic.ctx), the example's split across devices, gpu_check's CPU path."""
+"""Device selection (dynatrain_runtime.script.devices, Elastic.ctx), the example's split across devices, gpu_check's CPU path."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dynatrain_runtime import devices
+from dynatrain_runtime.script import devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import (LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts)
 
-from dynatrain_runtime.checkpoint import audit_check
+from dynatrain_runtime.contract.checkpoint import audit_check
 
 EPOCHS = ["--epochs", "5", "--seed", "42", "--global-batch", "64", "--lr", "0.1"]
 M, A, B, C = "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"
@@ -167,7 +167,7 @@ def test_sigterm_then_restart_resumes(tmp_path, node_python, digits_npz):
 
 
 def test_spot_drain_leaves_at_the_next_step_with_nothing_recomputed(tmp_path, node_python, digits_npz):
-    from dynatrain_runtime.shared_volume import JobFiles, read_drain_requests, write_drain_request
+    from dynatrain_runtime.contract.shared_volume import JobFiles, read_drain_requests, write_drain_request
     efs = str(tmp_path)
     write_hosts(efs, [A, B, M])
     # epoch boundaries and no periodic checkpoint: only a stop at the very step could avoid recomputing

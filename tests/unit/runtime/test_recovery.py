@@ -166,9 +166,9 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import mxnet as mx
     from mxnet import autograd, gluon, nd
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     from dynatrain_runtime.engines.mxnet import MXNetEngine
-    from dynatrain_runtime.recovery import BoundarySnapshot
+    from dynatrain_runtime.script.recovery import BoundarySnapshot
 
     def build():
         mx.random.seed(1)

@@ -23,7 +23,7 @@ def wheel(tmp_path_factory):
 
 def test_the_format_module_is_the_collections_byte_for_byte(wheel):
     with zipfile.ZipFile(wheel[0]) as zf:
-        shipped = zf.read("dynatrain_runtime/shared_volume.py")
+        shipped = zf.read("dynatrain_runtime/contract/shared_volume.py")
     with open(FORMAT, "rb") as handle:
         assert shipped == handle.read()
 
@@ -40,15 +40,18 @@ def test_wheel_has_the_package_and_the_commands(wheel):
     with zipfile.ZipFile(wheel[0]) as zf:
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for module in ("__init__", "elastic", "data", "checkpoint", "shared_volume", "protocol", "serve", "_version",
-                   "launcher/loop", "launcher/cli", "examples/train_digits", "examples/prepare_digits", "s3sync"):
+    for module in ("__init__", "_version", "script/elastic", "script/data", "script/recovery", "script/devices",
+                   "contract/checkpoint", "contract/shared_volume", "contract/protocol", "engines/mxnet_serve",
+                   "launcher/loop", "launcher/cli", "examples/train_digits", "examples/prepare_digits",
+                   "daemons/s3sync", "daemons/spot"):
         assert f"dynatrain_runtime/{module}.py" in names, module
     assert not any("build.py" in n or "__pycache__" in n for n in names)
     for command in ("dt-launcher = dynatrain_runtime.launcher:main",
                     "dt-train-digits = dynatrain_runtime.examples.train_digits:main",
                     "dt-prepare-digits = dynatrain_runtime.examples.prepare_digits:main",
-                    "dt-checkpoint-sync = dynatrain_runtime.s3sync:sync_main",
-                    "dt-checkpoint-restore = dynatrain_runtime.s3sync:restore_main"):
+                    "dt-spot-watch = dynatrain_runtime.daemons.spot:main",
+                    "dt-checkpoint-sync = dynatrain_runtime.daemons.s3sync:sync_main",
+                    "dt-checkpoint-restore = dynatrain_runtime.daemons.s3sync:restore_main"):
         assert command in entry_points
     with zipfile.ZipFile(wheel[0]) as zf:
         metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith(".dist-info/METADATA"))

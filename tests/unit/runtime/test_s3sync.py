@@ -12,8 +12,8 @@ import pytest
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
-from dynatrain_runtime import s3sync  # noqa: E402
-from dynatrain_runtime.checkpoint import CheckpointStore  # noqa: E402
+from dynatrain_runtime.daemons import s3sync  # noqa: E402
+from dynatrain_runtime.contract.checkpoint import CheckpointStore  # noqa: E402
 
 BUCKET = "dt-ckpt-test"
 URL = "s3://%s/c1/job1/" % BUCKET
@@ -279,7 +279,7 @@ def test_parse_url_rejects(url):
 def test_importing_the_runtime_does_not_import_boto3():
     import subprocess
     import sys
-    code = ("import sys, dynatrain_runtime, dynatrain_runtime.s3sync; "
+    code = ("import sys, dynatrain_runtime, dynatrain_runtime.daemons.s3sync; "
             "print(sorted(m for m in sys.modules if 'boto' in m))")
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "[]"
 

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from dynatrain_runtime import data as d
-from dynatrain_runtime.checkpoint import audit_check
+from dynatrain_runtime.script import data as d
+from dynatrain_runtime.contract.checkpoint import audit_check
 
 
 def test_epoch_order_is_deterministic_permutation():

@@ -120,7 +120,7 @@ def _launcher_with_fakes(tmp_path, *extra):
 
 
 def test_warm_request_starts_the_joiner_before_the_host_worker_edit(tmp_path):
-    from dynatrain_runtime.shared_volume import read_warm_requests, write_warm_request
+    from dynatrain_runtime.contract.shared_volume import read_warm_requests, write_warm_request
     la, started = _launcher_with_fakes(tmp_path)
     g = Generation(1, [A, M], 9000, None)
     la.members.confirm(g.membership)
@@ -146,7 +146,7 @@ def test_warm_request_starts_the_joiner_before_the_host_worker_edit(tmp_path):
 
 
 def test_warm_request_of_a_host_that_never_joins_expires(tmp_path):
-    from dynatrain_runtime.shared_volume import read_warm_requests, write_warm_request
+    from dynatrain_runtime.contract.shared_volume import read_warm_requests, write_warm_request
     la, started = _launcher_with_fakes(tmp_path)
     g = Generation(1, [A, M], 9000, None)
     write_warm_request(la.files, B, ttl=5)

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from dynatrain_runtime import shared_volume, spot
+from dynatrain_runtime.contract import shared_volume
+from dynatrain_runtime.daemons import spot
 from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation
 from localcloud.imds import ImdsRegistry, InstanceMetadata
@@ -80,7 +81,7 @@ def test_expired_token_is_renewed(imds):
 
 def test_cli_once_exit_codes(imds, tmp_path):
     registry, meta, endpoint = imds
-    cmd = [sys.executable, "-m", "dynatrain_runtime.spot", "--efs-mount", str(tmp_path),
+    cmd = [sys.executable, "-m", "dynatrain_runtime.daemons.spot", "--efs-mount", str(tmp_path),
            "--imds-endpoint", endpoint, "--once"]
     assert subprocess.run(cmd, timeout=30, check=False).returncode == 0
     registry.interrupt(meta.instance_id, after=120)
@@ -128,7 +129,7 @@ def test_launcher_refuses_to_drain_the_master(tmp_path):
 def test_a_survivor_that_gives_an_existing_checkpoint_of_its_step_is_a_survivor_recovery(tmp_path):
     """The last completed step was checkpointed already (a periodic save): the survivor's answer names
     that checkpoint (CheckpointStore.write keeps a verified one), and the job lost nothing."""
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     la = launcher(tmp_path)
     write_hosts(tmp_path, [A, B, M])
     g = Generation(2, [A, B, M], 9000, None)

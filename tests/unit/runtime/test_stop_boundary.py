@@ -7,8 +7,8 @@ import json
 import threading
 import time
 
-from dynatrain_runtime import protocol
-from dynatrain_runtime.elastic import Elastic
+from dynatrain_runtime.contract import protocol
+from dynatrain_runtime.script.elastic import Elastic
 from dynatrain_runtime.launcher import loop, parse_args
 from dynatrain_runtime.launcher.generation import Generation
 
@@ -129,7 +129,7 @@ def test_limits_scale_with_the_observed_step_time_over_floors(tmp_path):
 
 
 def test_resume_prefers_the_path_its_writer_reported_over_a_lagging_listing(tmp_path):
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     store = CheckpointStore(str(tmp_path / "checkpoints"))
     store.write(5, {"step": 5})
     # a checkpoint the listing does not show yet (NFS attribute caching): here, outside the directory

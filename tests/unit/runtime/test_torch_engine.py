@@ -14,8 +14,8 @@ import pytest
 
 from conftest import LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts
 
-from dynatrain_runtime.checkpoint import audit_check
-from dynatrain_runtime.shared_volume import JobFiles, write_warm_request
+from dynatrain_runtime.contract.checkpoint import audit_check
+from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_request
 from test_local_runs import final
 from test_recovery import committed_once, failure_records, status_step
 
@@ -199,7 +199,7 @@ def test_torch_killed_worker_resumes_from_a_survivor_snapshot(tmp_path, torch_py
 
 
 def test_torch_spot_drain_leaves_at_the_next_step_with_nothing_recomputed(tmp_path, torch_python, digits_npz):
-    from dynatrain_runtime.shared_volume import read_drain_requests, write_drain_request
+    from dynatrain_runtime.contract.shared_volume import read_drain_requests, write_drain_request
     efs = str(tmp_path)
     write_hosts(efs, [A, B, M])
     run = LauncherRun(efs, torch_python, digits_npz, EPOCHS + ["--epochs", "8", "--step-sleep", "0.1",
@@ -294,7 +294,7 @@ CHECKPOINT_SCRIPT = textwrap.dedent("""
     import json, os, pickle, sys
     import torch
     from dynatrain_runtime.engines.torch import TorchEngine, TorchSnapshot, read_state, save_state
-    from dynatrain_runtime.checkpoint import CheckpointStore
+    from dynatrain_runtime.contract.checkpoint import CheckpointStore
     base, marker = sys.argv[1], sys.argv[2]
 
     class Payload(object):

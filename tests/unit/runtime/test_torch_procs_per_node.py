@@ -19,7 +19,7 @@ from conftest import LauncherRun, events, latest_meta, log_lines, wait_for, writ
 
 from dynatrain_runtime.launcher.localgroup import Merge, exit_status, route
 from dynatrain_runtime.launcher.torchenv import local_env, node_gpus, procs_per_node, torch_worker_env
-from dynatrain_runtime.protocol import EXIT_STOPPED
+from dynatrain_runtime.contract.protocol import EXIT_STOPPED
 from test_recovery import committed_once, failure_records, status_step
 from test_torch_engine import EPOCHS, audit_ok, resize_ends, status, torch_python  # noqa: F401  pylint: disable=unused-import
 
@@ -89,7 +89,7 @@ def test_the_option_and_the_launchers_generation(tmp_path):
     assert start[0]["world"] == 6 and start[0]["procs_per_node"] == 2
     cmd = la.transport.command(A, ["python", "train.py"], {}, procs=la.procs)
     assert cmd[cmd.index("--procs") + 1] == "2"
-    assert "--procs" not in la.transport.command(A, ["python", "-m", "dynatrain_runtime.serve"], {})
+    assert "--procs" not in la.transport.command(A, ["python", "-m", "dynatrain_runtime.engines.mxnet_serve"], {})
     mx = loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "train.py", "--transport", "local"]))
     assert mx.procs == 1
 
@@ -203,7 +203,8 @@ def test_one_failed_local_process_ends_the_host():
 # ---------------------------------------------------------------------- a real torch job, 2 processes per node
 PROBE = r"""
 import json, os, sys
-from dynatrain_runtime import elastic, protocol
+from dynatrain_runtime.script import elastic
+from dynatrain_runtime.contract import protocol
 
 def probe():
     chan = protocol.receive_assignment()

@@ -7,8 +7,8 @@ import signal
 
 from conftest import LauncherRun, events, latest_meta, pids_of_host, wait_for, write_hosts
 
-from dynatrain_runtime.checkpoint import audit_check
-from dynatrain_runtime.shared_volume import JobFiles, read_warm_requests, write_warm_request
+from dynatrain_runtime.contract.checkpoint import audit_check
+from dynatrain_runtime.contract.shared_volume import JobFiles, read_warm_requests, write_warm_request
 
 M, A, B = "127.0.0.66", "127.0.0.67", "127.0.0.68"
 

@@ -12,7 +12,7 @@ MODULE_FILE = hwf.__file__
 
 
 def test_stdlib_only():
-    """The file is shipped to nodes as dynatrain_runtime.shared_volume: nothing but the standard library."""
+    """The file is shipped to nodes as dynatrain_runtime.contract.shared_volume: nothing but the standard library."""
     tree = ast.parse(open(MODULE_FILE).read())
     names = set()
     for node in ast.walk(tree):

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .shared_volume import JobFiles, read_drain_requests, write_drain_request
+from ..contract.shared_volume import JobFiles, read_drain_requests, write_drain_request
 
 DEFAULT_ENDPOINT = "http://169.254.169.254/"
 TOKEN_TTL = 21600

@@ -66,7 +66,7 @@ class BoundarySnapshot:
         """
         meta, audit = boundary_meta(meta, audit_log)
         params = {key: p._reduce() for key, p in net._collect_params_with_prefix().items()}
-        from .engines.mxnet import optimizer_counters     # (pure Python: no MXNet import)
+        from ..engines.mxnet import optimizer_counters     # (pure Python: no MXNet import)
         states = {i: _copy_state(s) for i, s in trainer._updaters[0].states.items()}
         counters = optimizer_counters(trainer._updaters[0].optimizer)
         return cls(meta["step"], meta, params, states, counters, audit, complete=False)
@@ -105,7 +105,7 @@ class BoundarySnapshot:
 
     def write(self, mx, store, **recovery):
         """Commit this snapshot as checkpoint ``step`` (atomically); returns its path."""
-        from .engines.mxnet import save_optimizer_state   # the checkpoint's format: one home
+        from ..engines.mxnet import save_optimizer_state   # the checkpoint's format: one home
 
         def payload(tmp):
             save = mx.npx.save if mx.util.is_np_array() else mx.nd.save

@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from .checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
-from .shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE, JobFiles,
-                            fsync_directory, read_json, write_json)
+from ..contract.checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
+from ..contract.shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE,
+                                      JobFiles, fsync_directory, read_json, write_json)
 
 SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
@@ -475,7 +475,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"sync": sync_main, "restore": restore_main}
     if not argv or argv[0] not in commands:
-        print("usage: python -m dynatrain_runtime.s3sync {sync|restore} ...", file=sys.stderr)
+        print("usage: python -m dynatrain_runtime.daemons.s3sync {sync|restore} ...", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:])
 

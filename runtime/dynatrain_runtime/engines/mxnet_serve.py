@@ -1,4 +1,4 @@
-"""A pre-warmed ps-lite server or scheduler: ``python -m dynatrain_runtime.serve``.
+"""A pre-warmed ps-lite server or scheduler: ``python -m dynatrain_runtime.engines.mxnet_serve``.
 
 Imports MXNet first (the slow part), then waits for the launcher's role assignment on
 stdin and runs that role until the job ends.
@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import sys
 
-from .protocol import emit, receive_assignment
+from ..contract.protocol import emit, receive_assignment
 
 
 def main():
     os.environ.pop("DMLC_ROLE", None)   # MXNet would start a server loop at import time
     import mxnet  # noqa: F401  (done before the assignment arrives)
     if receive_assignment() is None:
-        print("dynatrain_runtime.serve runs under the launcher only (DT_ASSIGN=stdin)", file=sys.stderr)
+        print("dynatrain_runtime.engines.mxnet_serve runs under the launcher only (DT_ASSIGN=stdin)", file=sys.stderr)
         return 2
     emit("serving", role=os.environ.get("DMLC_ROLE"))
     from mxnet.kvstore import kvstore_server

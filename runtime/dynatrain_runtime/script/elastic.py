@@ -77,12 +77,12 @@ import threading
 import time
 import weakref
 
-from .checkpoint import CheckpointStore, load_meta
+from ..contract.checkpoint import CheckpointStore, load_meta
 from .data import BATCH_POLICIES, LrSchedule, epoch_order, plan_step, step_global_batch
-from .shared_volume import FLUSH_TIMEOUT, BackgroundAppender, JobFiles, write_json
-from .protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED, MSG_STOP_ACK, emit, receive_assignment
-from .engines import create_engine, engine_name, peer_error_check, prewarm
-from .engines import mxnet as _mxnet_engine
+from ..contract.shared_volume import FLUSH_TIMEOUT, BackgroundAppender, JobFiles, write_json
+from ..contract.protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED, MSG_STOP_ACK, emit, receive_assignment
+from ..engines import create_engine, engine_name, peer_error_check, prewarm
+from ..engines import mxnet as _mxnet_engine
 from .recovery import CONFIRM_WAIT
 
 SNAPSHOT_BUDGET = 0.02     # recovery snapshots may take at most this share of the wall time (see _commit)
