@@ -293,20 +293,14 @@ dist.destroy_process_group()
 
 
 def test_a_torchrun_script_gets_a_process_per_local_rank(tmp_path, torch_python):
-    from test_torchrun_script import launch
+    from test_torchrun_script import ended, launch
     efs = str(tmp_path)
     script = os.path.join(efs, "plain.py")
     with open(script, "w") as handle:
         handle.write(PLAIN)
     write_hosts(efs, [A, M])
     proc, log = launch(efs, torch_python, script, [], 23500, extra=["--procs-per-node", "2"])
-    try:
-        rc = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+    rc = ended(proc, log, 120)
     with open(os.path.join(efs, "launcher.out")) as handle:
         out = handle.read()
     assert rc == 0, out[-3000:]

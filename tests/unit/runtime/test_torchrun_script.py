@@ -30,6 +30,17 @@ def launch(efs, python, script, script_args, port_base, extra=()):
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=efs), log
 
 
+def ended(proc, log, timeout):
+    """The launcher's exit status within ``timeout`` s (killed after it, whatever happens); its log closed."""
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 def timeline(path):
     try:
         with open(path) as handle:
@@ -99,13 +110,7 @@ def test_a_failing_torchrun_script_is_restarted_on_the_same_hosts_then_given_up(
                      "import time; time.sleep(0.5)\nsys.exit(3)\n")
     write_hosts(efs, [A, M])
     proc, log = launch(efs, torch_python, script, [], 21800, extra=["--max-restarts", "1"])
-    try:
-        rc = proc.wait(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+    rc = ended(proc, log, 90)
     assert rc == 1                                                    # EXIT_GAVE_UP: a person looks
     with open(os.path.join(efs, "host_worker")) as handle:            # nobody dropped: the script failed
         assert [l.strip() for l in handle if l.strip() and not l.startswith("#")] == [A, M]
