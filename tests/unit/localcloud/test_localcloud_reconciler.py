@@ -254,17 +254,27 @@ def test_resume_starts_the_same_container_with_its_new_public_address(halting):
                                           {"fs-1": {"vpc-1"}, "fs-late": {"vpc-1"}})] == ["fs-late"]
 
 
-def test_resume_that_failed_is_retried_a_bounded_number_of_times_then_stopped_as_on_ec2(halting):
+def _resume_that_fails(halting, moved):
+    """A halted i-a whose podman start always fails; start_failed (recorded in calls) answers ``moved``."""
     r, calls, monkeypatch, reconciler = halting
 
     def fail(name):
         raise reconciler.podman.PodmanError("podman start failed")
 
+    def start_failed(iid):
+        calls.append(("start_failed", iid))
+        return moved
+
     monkeypatch.setattr(reconciler.podman, "start", fail)
-    monkeypatch.setattr(reconciler.moto_compat, "start_failed", lambda iid: calls.append(("start_failed", iid)) or True)
+    monkeypatch.setattr(reconciler.moto_compat, "start_failed", start_failed)
     monkeypatch.setattr(reconciler.Reconciler, "_start_thread", lambda self, kind, target, *args: target(*args))
-    node = inst("i-a", state="pending")
     r.created, r.halted = {"i-a"}, {"i-a"}
+    return inst("i-a", state="pending")
+
+
+def test_resume_that_failed_is_retried_a_bounded_number_of_times_then_stopped_as_on_ec2(halting):
+    r, calls, _monkeypatch, reconciler = halting
+    node = _resume_that_fails(halting, moved=True)
     for attempt in range(1, reconciler.MAX_CREATE_ATTEMPTS + 1):
         r._do_resume(Action("resume", "i-a", "instance pending"), node, {})
         if attempt < reconciler.MAX_CREATE_ATTEMPTS:
@@ -276,16 +286,8 @@ def test_resume_that_failed_is_retried_a_bounded_number_of_times_then_stopped_as
 
 def test_resume_given_up_after_a_stop_came_first_still_lets_a_later_start_begin_anew(halting):
     r, calls, monkeypatch, reconciler = halting
-
-    def fail(name):
-        raise reconciler.podman.PodmanError("podman start failed")
-
-    monkeypatch.setattr(reconciler.podman, "start", fail)
     # the instance is no longer pending (a StopInstances came first): nothing to move
-    monkeypatch.setattr(reconciler.moto_compat, "start_failed", lambda iid: calls.append(("start_failed", iid)) and False)
-    monkeypatch.setattr(reconciler.Reconciler, "_start_thread", lambda self, kind, target, *args: target(*args))
-    node = inst("i-a", state="pending")
-    r.created, r.halted = {"i-a"}, {"i-a"}
+    node = _resume_that_fails(halting, moved=False)
     for _attempt in range(reconciler.MAX_CREATE_ATTEMPTS):
         r._do_resume(Action("resume", "i-a", "instance pending"), node, {})
     assert calls == [("start_failed", "i-a")] and "i-a" not in r.attempts
