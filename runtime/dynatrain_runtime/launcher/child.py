@@ -24,23 +24,7 @@ import sys
 import threading
 import time
 
-from ..contract.protocol import MSG_PREFIX
-from .localgroup import run_group
-
-
-def _kill_group(proc, grace=3.0):
-    if proc.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return
-            time.sleep(0.05)
+from .localgroup import ALIVE_LINE, end_groups, run_group
 
 
 def _pump_stdin(proc, done):
@@ -56,7 +40,7 @@ def _pump_stdin(proc, done):
         except (OSError, ValueError):
             pass
     if not done.is_set():
-        _kill_group(proc)
+        end_groups([proc])
 
 
 def _alive_messages(proc, period, done):
@@ -74,13 +58,11 @@ def _alive_messages(proc, period, done):
         for line in iter(proc.stdout.readline, b""):
             write(line if line.endswith(b"\n") else line + b"\n")
 
-    alive = (MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode()
-
     def beat():
         while not done.wait(period):
-            write(alive)
+            write(ALIVE_LINE)
 
-    write(alive)
+    write(ALIVE_LINE)
     forwarder = threading.Thread(target=forward, daemon=True)
     forwarder.start()
     threading.Thread(target=beat, daemon=True).start()
@@ -135,7 +117,7 @@ def child_main(argv):
     forwarder = _alive_messages(proc, args.alive, done) if args.alive > 0 else None
 
     def on_signal(signum, _frame):
-        _kill_group(proc)
+        end_groups([proc])
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_signal)

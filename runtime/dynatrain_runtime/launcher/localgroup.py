@@ -32,6 +32,10 @@ import time
 from ..contract.protocol import CMD_RECOVER, EXIT_STOPPED, MSG_PREFIX, MSG_STOP_ACK, parse_message
 from .torchenv import local_env
 
+# what a wrapper says for a child that cannot (a torchrun script): "alive", as its own message line
+WRAPPER_ALIVE = {"kind": "alive", "by": "wrapper"}
+ALIVE_LINE = (MSG_PREFIX + json.dumps(WRAPPER_ALIVE) + "\n").encode()
+
 
 class Merge:
     """The host's messages from its N local processes' (``take``: what to forward, maybe nothing)."""
@@ -70,7 +74,7 @@ class Merge:
         if kind == "hb" and msg.get("state") == "stopped":
             if self._all(self.stopped, local, msg):
                 return [self.stopped[0]]
-            return self._alive({"kind": "alive", "by": "wrapper"})
+            return self._alive(dict(WRAPPER_ALIVE))
         if kind == "hb":
             return [msg] if local == 0 and 0 not in self.stopped else []
         if kind == MSG_STOP_ACK:
@@ -79,7 +83,7 @@ class Merge:
             return [dict(self.acks[0], step=max(int(m.get("step", 0)) for m in self.acks.values()))]
         if kind == "done":
             if not self._all(self.done, local, msg):
-                return self._alive({"kind": "alive", "by": "wrapper"})
+                return self._alive(dict(WRAPPER_ALIVE))
             return [dict(self.done[0], step=max(int(m.get("step", 0)) for m in self.done.values()))]
         return [msg]
 
@@ -112,8 +116,8 @@ def exit_status(rcs):
     return True, EXIT_STOPPED if EXIT_STOPPED in rcs else 0
 
 
-def _end_all(procs, grace=3.0):
-    """SIGTERM every local process group, SIGKILL what is left after ``grace`` s."""
+def end_groups(procs, grace=3.0):
+    """SIGTERM every process's group, SIGKILL what is left after ``grace`` s (also ``child``'s one process)."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         live = [p for p in procs if p.poll() is None]
         for p in live:
@@ -140,7 +144,7 @@ class LocalGroup:
                                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                    start_new_session=True))
         except OSError:
-            _end_all(self.procs)
+            end_groups(self.procs)
             raise
         self.readers = [threading.Thread(target=self._read, args=(i, p), daemon=True)
                         for i, p in enumerate(self.procs)]
@@ -168,10 +172,9 @@ class LocalGroup:
                 self._write((MSG_PREFIX + json.dumps(m, sort_keys=True) + "\n").encode())
 
     def _beat(self, period):
-        alive = (MSG_PREFIX + json.dumps({"kind": "alive", "by": "wrapper"}) + "\n").encode()
-        self._write(alive)
+        self._write(ALIVE_LINE)
         while not self.done.wait(period):
-            self._write(alive)
+            self._write(ALIVE_LINE)
 
     def pump_stdin(self):
         """Forward our stdin (fanned out, ``route``); at EOF the launcher is gone: end them all."""
@@ -187,10 +190,10 @@ class LocalGroup:
                 except (OSError, ValueError):
                     pass
         if not self.done.is_set():
-            _end_all(self.procs)
+            end_groups(self.procs)
 
     def end(self):
-        _end_all(self.procs)
+        end_groups(self.procs)
 
     def wait(self):
         """Until one failed or all ended; then the others are ended.  Returns the exit status."""
@@ -200,7 +203,7 @@ class LocalGroup:
                 break
             time.sleep(0.05)
         self.done.set()
-        _end_all(self.procs)
+        end_groups(self.procs)
         for p in self.procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)     # anything a process left behind in its group
