@@ -38,6 +38,8 @@ MODULE_ACTIONS = {
     # our modules that call AWS
     "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
     "dynatrain.elastic.ec2_tags": {"ec2:DescribeTags", "ec2:CreateTags"},
+    "dynatrain.elastic.ec2_pool_take": {"ec2:CreateTags", "ec2:DescribeInstances", "ec2:StartInstances"},
+    "dynatrain.elastic.ec2_status_checks": {"ec2:DescribeInstanceStatus"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
     "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
                                          "servicequotas:GetServiceQuota"},
@@ -47,7 +49,7 @@ MODULE_ACTIONS = {
 }
 # plugins/inventory/ec2_elastic.py: one DescribeInstances per region, one batched DescribeInstanceTypes.
 # A task line calling an AWS module: amazon.aws / community.aws, or one of ours that calls AWS.
-AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_\w+)):"
+AWS_MODULE = r"^\s*((?:amazon|community)\.aws\.\w+|dynatrain\.elastic\.(?:host_key_check|preflight_\w+|ec2_\w+)):"
 INVENTORY_ACTIONS = {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes"}
 
 
