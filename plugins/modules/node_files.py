@@ -22,6 +22,10 @@ description:
     owner, group and mode are set when they differ, as M(ansible.builtin.file) does.
   - A directory is created with its parents when missing. A removal removes a file or a link (never a
     directory's contents).
+  - A C(line) entry keeps the rest of a file and makes one line of it O(files[].line): the lines that
+    O(files[].match) finds are replaced by it (where the first of them was), or it is appended; the file is made
+    when missing. An C(authorized_keys) entry for a key is such a line, matched by the key itself, so that its
+    options (C(from=...)) are updated in place, as M(ansible.posix.authorized_key) does.
 author:
   - dynatrain maintainers (@dynatrain)
 options:
@@ -36,12 +40,19 @@ options:
         type: path
         required: true
       state:
-        description: C(directory), C(file) (with O(files[].content)) or C(absent).
+        description: C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)) or C(absent).
         type: str
-        choices: [directory, file, absent]
+        choices: [directory, file, line, absent]
         default: file
       content:
         description: The whole content of a C(file). Its directory must exist (list the directory first).
+        type: str
+      line:
+        description: The line a C(line) entry makes (without its newline).
+        type: str
+      match:
+        description: A regular expression (Python's C(re.search)) for the lines a C(line) entry replaces; without
+          it, only the very same line is found.
         type: str
       owner:
         description: Owner (name or uid); unchanged when not given.
@@ -88,6 +99,7 @@ changed_paths:
 """
 
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -112,11 +124,12 @@ def _directory(module, entry):
     return _attributes(module, entry, True)
 
 
-def _file(module, entry):
+def _file(module, entry, data=None):
     path = entry["path"]
-    if entry.get("content") is None:
-        module.fail_json(msg="%s: state=file needs content (the whole file, as text)." % path)
-    data = to_bytes(entry["content"], errors="surrogate_or_strict")
+    if data is None:
+        if entry.get("content") is None:
+            module.fail_json(msg="%s: state=file needs content (the whole file, as text)." % path)
+        data = to_bytes(entry["content"], errors="surrogate_or_strict")
     if os.path.isdir(path):
         module.fail_json(msg="%s is a directory: a file cannot replace it." % path)
     current = None
@@ -142,6 +155,35 @@ def _file(module, entry):
     return _attributes(module, entry, True)
 
 
+def with_line(text, line, match):
+    """``text`` with ``line`` in place of the lines ``match`` finds (where the first was), or appended. Pure."""
+    lines = text.splitlines()
+    found = [i for i, have in enumerate(lines) if (re.search(match, have) if match else have == line)]
+    if found:
+        lines = [have for i, have in enumerate(lines) if i not in found[1:]]
+        lines[found[0]] = line
+    else:
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _line(module, entry):
+    path = entry["path"]
+    if entry.get("line") is None or "\n" in entry["line"]:
+        module.fail_json(msg="%s: state=line needs line (one line of text, no newline)." % path)
+    if entry.get("match"):
+        try:
+            re.compile(entry["match"])
+        except re.error as e:
+            module.fail_json(msg="%s: match %r is not a regular expression: %s." % (path, entry["match"], e))
+    current = ""
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            current = fh.read().decode("utf-8", "surrogateescape")
+    text = with_line(current, entry["line"], entry.get("match"))
+    return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
+
+
 def _absent(module, entry):
     path = entry["path"]
     if os.path.isdir(path) and not os.path.islink(path):
@@ -153,7 +195,7 @@ def _absent(module, entry):
     return True
 
 
-APPLY = {"directory": _directory, "file": _file, "absent": _absent}
+APPLY = {"directory": _directory, "file": _file, "line": _line, "absent": _absent}
 
 
 def main():
@@ -161,8 +203,10 @@ def main():
         argument_spec={
             "files": {"type": "list", "elements": "dict", "required": True, "options": {
                 "path": {"type": "path", "required": True},
-                "state": {"type": "str", "choices": ["directory", "file", "absent"], "default": "file"},
+                "state": {"type": "str", "choices": ["directory", "file", "line", "absent"], "default": "file"},
                 "content": {"type": "str"},
+                "line": {"type": "str"},
+                "match": {"type": "str"},
                 "owner": {"type": "str"},
                 "group": {"type": "str"},
                 "mode": {"type": "raw"},

@@ -65,8 +65,31 @@ def test_absent_removes_a_file_and_is_quiet_when_gone(tmp_path, capsys):
     ([{"path": "{tmp}", "state": "absent"}], "removes files and links only"),
     ([{"path": "{tmp}", "content": "x"}], "is a directory"),
     ([{"path": "relative/f", "content": "x"}], "not an absolute path"),
+    ([{"path": "{tmp}/k", "state": "line"}], "needs line"),
+    ([{"path": "{tmp}/k", "state": "line", "line": "x", "match": "("}], "is not a regular expression"),
 ])
 def test_bad_entries_are_refused_with_what_to_do(tmp_path, capsys, files, says):
     files = [dict(e, path=e["path"].format(tmp=tmp_path)) for e in files]
     out = run(capsys, files)
     assert out["failed"] and says in out["msg"]
+
+
+def test_a_line_entry_keeps_the_other_lines_and_updates_its_own_in_place(tmp_path, capsys):
+    keys = tmp_path / "authorized_keys"
+    keys.write_text("ssh-rsa AAAAadmin admin@laptop\nssh-ed25519 AAAAcluster old\nssh-ed25519 AAAAcluster dup\n")
+    entry = {"path": str(keys), "state": "line", "line": 'from="10.0.1.0/24" ssh-ed25519 AAAAcluster dt',
+             "match": r"(^|\s)ssh-ed25519 AAAAcluster(\s|$)", "mode": "0600"}
+    out = run(capsys, [entry])
+    assert out["changed_paths"] == [str(keys)] and mode(keys) == 0o600
+    assert keys.read_text() == 'ssh-rsa AAAAadmin admin@laptop\nfrom="10.0.1.0/24" ssh-ed25519 AAAAcluster dt\n'
+    assert run(capsys, [entry])["changed"] is False
+    fresh = tmp_path / "new_keys"
+    out = run(capsys, [dict(entry, path=str(fresh))], check=True)
+    assert out["changed"] and not fresh.exists()
+    run(capsys, [dict(entry, path=str(fresh))])
+    assert fresh.read_text() == 'from="10.0.1.0/24" ssh-ed25519 AAAAcluster dt\n'
+
+
+def test_with_line_without_match_finds_the_very_same_line():
+    assert node_files.with_line("a\nb\n", "b", None) == "a\nb\n"
+    assert node_files.with_line("a\nbb", "b", None) == "a\nbb\nb\n"
