@@ -163,7 +163,7 @@ def _write_marker(module, account):
             fh.write("finished=%sZ\n" % datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None).isoformat())
         os.chown(tmp, account.pw_uid, account.pw_gid)
         os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, p["marker"])
+        os.replace(tmp, p["marker"])     # atomic in one directory; atomic_move would reset the owner
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -79,3 +79,15 @@ def test_check_mode_runs_nothing_and_a_missing_marker_directory_is_refused(tmp_p
     out = run(capsys, tmp_path, s, marker=str(tmp_path / "unmounted" / "prepare_data_success_10.0.0.5"))
     assert out["failed"] and "does not exist on this node: mount the shared volume first" in out["msg"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_marker_belongs_to_the_user(tmp_path, capsys, monkeypatch):
+    """Owner and mode set on the temporary file stay on the marker (chown is watched: the test runs as one user)."""
+    owners = []
+    monkeypatch.setattr(prepare_data_once.os, "chown", lambda path, uid, gid: owners.append((os.path.basename(path), uid)))
+    s = script(tmp_path, "pass\n")
+    out = run(capsys, tmp_path, s)
+    marker = tmp_path / "efs" / "prepare_data_success_10.0.0.5"
+    assert out["changed"] and marker.exists() and stat.S_IMODE(os.stat(marker).st_mode) == 0o644
+    assert [o for o in owners if o[0].startswith(".prepare_data.")] == [(owners[-1][0], pwd.getpwnam(ME).pw_uid)]
+    assert not [f for f in os.listdir(tmp_path / "efs") if f.startswith(".")]
