@@ -4,6 +4,7 @@ answers SSH here, so each launch ends in the role's clean-up: the instances it
 launched are terminated; what matters is which market each was launched in)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -88,6 +89,10 @@ def test_default_market_is_on_demand(cloud, tmp_path):
     endpoint, ec2 = cloud
     out = _launch(tmp_path, endpoint, 1)
     assert _launched(ec2, tmp_path) == [("on-demand", "on-demand")], out[-3000:]
+    # The request that succeeded is not counted again: its ids go to the wait, which reads them running
+    # (no SSH here, so the launch ends in its rescue: the instance terminated, nothing orphaned).
+    assert re.search(r"Count what the requests gave \(on-demand\)\] \** skipping", out), out[-3000:]
+    assert "The new workers i-" in out and "did not become ready" in out, out[-3000:]
 
 
 def test_short_spot_capacity_falls_back_to_on_demand(cloud, tmp_path, short_of_spot):
