@@ -22,7 +22,7 @@ description:
     owner, group and mode are set when they differ, as M(ansible.builtin.file) does.
   - A directory is created with its parents when missing. A removal removes a file or a link (never a
     directory's contents).
-  - A C(line) entry keeps the rest of a file and makes one line of it O(files[].line): the lines that
+  - A C(line) entry keeps the rest of a file and makes one line of it O(files[].line). The lines that
     O(files[].match) finds are replaced by it (where the first of them was), or it is appended; the file is made
     when missing. An C(authorized_keys) entry for a key is such a line, matched by the key itself, so that its
     options (C(from=...)) are updated in place, as M(ansible.posix.authorized_key) does.

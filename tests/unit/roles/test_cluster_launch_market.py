@@ -95,6 +95,27 @@ def test_default_market_is_on_demand(cloud, tmp_path):
     assert "The new workers i-" in out and "did not become ready" in out, out[-3000:]
 
 
+def test_an_on_demand_launch_waits_for_its_own_instances_only(cloud, tmp_path):
+    """ec2_instance's instance_ids also lists the elastic workers that already run (its filter: the Name tag):
+    only the new one is waited for, and the launch's cleanup terminates only it."""
+    endpoint, ec2 = cloud
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    running = ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1, TagSpecifications=[{
+        "ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "mkt-elastic-worker"}]}])["Instances"][0]
+    out = _launch(tmp_path, endpoint, 1)
+    new = [i for i, _ in _launched_ids(ec2, tmp_path)]
+    assert len(new) == 1 and new[0] != running["InstanceId"], out[-3000:]
+    assert "The new workers %s did not become ready" % new[0] in out, out[-3000:]
+    state = ec2.describe_instances(InstanceIds=[running["InstanceId"]])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] == "running"
+    ec2.terminate_instances(InstanceIds=[running["InstanceId"]])
+
+
+def _launched_ids(ec2, tmp_path):
+    found = ec2.describe_instances(Filters=[{"Name": "tag:test", "Values": [tmp_path.name]}])
+    return [(i["InstanceId"], i["State"]["Name"]) for r in found["Reservations"] for i in r["Instances"]]
+
+
 def test_short_spot_capacity_falls_back_to_on_demand(cloud, tmp_path, short_of_spot):
     endpoint, ec2 = cloud
     out = _launch(tmp_path, endpoint, 2, cluster_worker_market="spot")
