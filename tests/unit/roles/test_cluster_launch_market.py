@@ -103,7 +103,7 @@ def test_an_on_demand_launch_waits_for_its_own_instances_only(cloud, tmp_path):
     running = ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1, TagSpecifications=[{
         "ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "mkt-elastic-worker"}]}])["Instances"][0]
     out = _launch(tmp_path, endpoint, 1)
-    new = [i for i, _ in _launched_ids(ec2, tmp_path)]
+    new = [iid for iid, _state in _launched_ids(ec2, tmp_path)]
     assert len(new) == 1 and new[0] != running["InstanceId"], out[-3000:]
     assert "The new workers %s did not become ready" % new[0] in out, out[-3000:]
     state = ec2.describe_instances(InstanceIds=[running["InstanceId"]])["Reservations"][0]["Instances"][0]["State"]
