@@ -134,13 +134,12 @@ def _recap_changes(out):
 
 
 def _workers_count(env, nodes):
-    """``{ip: DEEPLEARNING_WORKERS_COUNT}`` of DL-CFN's /etc/profile.d/deeplearning.sh on each node."""
+    """``{ip: DEEPLEARNING_WORKERS_COUNT}`` in a login shell on each node (DL-CFN's /etc/profile.d/deeplearning.sh)."""
     out = {}
     for ip, node in nodes.items():
-        text = subprocess.run(["podman", "exec", node["id"], "cat", "/etc/profile.d/deeplearning.sh"], env=env,
-                              check=True, timeout=60, capture_output=True, text=True).stdout
-        match = re.search(r"DEEPLEARNING_WORKERS_COUNT=(\d+)", text)
-        out[ip] = int(match.group(1)) if match else None
+        text = subprocess.run(["podman", "exec", node["id"], "bash", "-lc", 'echo "$DEEPLEARNING_WORKERS_COUNT"'],
+                              env=env, check=True, timeout=60, capture_output=True, text=True).stdout.strip()
+        out[ip] = int(text) if text.isdigit() else None
     return out
 
 
