@@ -31,7 +31,8 @@ description:
     C(dt_role) (V(master), V(worker) or null), C(dt_status) (the elastic_worker_status tag or null),
     C(dt_lifecycle) (V(spot) or V(on-demand)), C(dt_instance_type), C(dt_gpu_count),
     C(dt_region), C(dt_launch_time) (ISO 8601 string), C(dt_tags) (all tags as a dict),
-    C(dt_elastic) (bool), C(dt_pool) (bool: in the warm pool), and C(dt_state), C(dt_availability_zone), C(dt_private_dns_name),
+    C(dt_elastic) (bool), C(dt_pool) (bool: in the warm pool), C(dt_efs_id) (the cluster's shared file
+    system, tag C(dynatrain:efs) that the launch templates put on their instances, or null), and C(dt_state), C(dt_availability_zone), C(dt_private_dns_name),
     C(dt_public_dns_name), C(dt_vpc_id), C(dt_subnet_id), C(dt_image_id), C(dt_key_name).
     Tags are exposed only under C(dt_tags), never as plain C(tags)."
   - Each region costs one paginated C(DescribeInstances) call with server-side filters (the cluster
@@ -254,6 +255,8 @@ ROLE_TAG = "dynatrain:role"
 NODE_TYPE_TAG = "NodeType"
 STATUS_TAG = "elastic_worker_status"
 GROUP_TAG = "dynatrain:group"
+# the cluster's shared file system, put on its instances by the launch templates
+EFS_TAG = "dynatrain:efs"
 POOL_GROUP = "pool"  # GROUP_TAG's value on a warm-pool worker (roles/cluster: warm_pool)
 ELASTIC_TAG_SUFFIX = "-aws-dl-cfn-elastic-worker"
 STATUSES = ("ADD_QUEUED", "ADDED", "REMOVAL_QUEUED", "REMOVED", "ADD_FAILED")
@@ -430,6 +433,7 @@ def host_vars(instance, region, gpu_count):
         "dt_tags": tags,
         "dt_elastic": elastic,
         "dt_pool": bool(cluster) and tags.get(GROUP_TAG) == POOL_GROUP,
+        "dt_efs_id": tags.get(EFS_TAG) or None,
         "dt_state": (instance.get("State") or {}).get("Name"),
         "dt_availability_zone": zone,
         "dt_private_dns_name": instance.get("PrivateDnsName") or None,

@@ -57,6 +57,14 @@ options:
         are not counted again when O(requests) is the cluster's whole base size (bootstrap).
     type: str
     default: ""
+  identity:
+    description:
+      - Read the caller's identity (STS C(GetCallerIdentity)) first and return its account in RV(account),
+        so that a run needs no module run of its own for it (C(playbooks/preflight.yml) for add_workers).
+      - When it cannot be read (no usable credentials), nothing else is checked and the module returns
+        RV(identity_error) without failing; the caller says what to set.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -94,6 +102,15 @@ unchecked:
   returned: success
   type: list
   elements: str
+account:
+  description: The caller's AWS account, or null when it could not be read.
+  returned: when O(identity=true)
+  type: str
+  sample: "123456789012"
+identity_error:
+  description: Why the caller's identity could not be read (then nothing was checked), or null.
+  returned: when O(identity=true)
+  type: str
 """
 
 try:
@@ -166,9 +183,18 @@ def main():
                 pool=dict(type="bool", default=False),
             )),
             cluster=dict(type="str", default=""),
+            identity=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
+    found = {}
+    if module.params["identity"]:
+        try:
+            sts = module.client("sts", retry_decorator=AWSRetry.jittered_backoff())
+            found = dict(account=sts.get_caller_identity(aws_retry=True)["Account"], identity_error=None)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            module.exit_json(changed=False, checked=[], unchecked=[], account=None,
+                             identity_error=f"Failed to retrieve caller identity: {e}")
     ec2 = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
         running, pool = read_running(ec2, module.params["cluster"])
@@ -197,8 +223,9 @@ def main():
         if problem:
             problems.append(problem)
     if problems:
-        module.fail_json(msg=" ".join(problems) + " Nothing was created.", checked=checked, unchecked=unchecked)
-    module.exit_json(changed=False, checked=checked, unchecked=unchecked)
+        module.fail_json(msg=" ".join(problems) + " Nothing was created.", checked=checked, unchecked=unchecked,
+                         **found)
+    module.exit_json(changed=False, checked=checked, unchecked=unchecked, **found)
 
 
 if __name__ == "__main__":

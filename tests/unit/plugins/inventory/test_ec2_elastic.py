@@ -170,6 +170,7 @@ def test_host_vars_complete():
             {"Key": "dynatrain:cluster", "Value": "c1"},
             {"Key": "c1-aws-dl-cfn-elastic-worker", "Value": ""},
             {"Key": "elastic_worker_status", "Value": "removal_queued"},
+            {"Key": "dynatrain:efs", "Value": "fs-0123"},
         ],
     }
     assert ee.host_vars(instance, "us-east-1", 1) == {
@@ -184,9 +185,11 @@ def test_host_vars_complete():
         "dt_gpu_count": 1,
         "dt_region": "us-east-1",
         "dt_launch_time": "2024-05-01T12:30:00+00:00",
-        "dt_tags": {"dynatrain:cluster": "c1", "c1-aws-dl-cfn-elastic-worker": "", "elastic_worker_status": "removal_queued"},
+        "dt_tags": {"dynatrain:cluster": "c1", "c1-aws-dl-cfn-elastic-worker": "", "elastic_worker_status": "removal_queued",
+                    "dynatrain:efs": "fs-0123"},
         "dt_elastic": True,
         "dt_pool": False,
+        "dt_efs_id": "fs-0123",
         "dt_state": "running",
         "dt_availability_zone": "us-east-1b",
         "dt_private_dns_name": "ip-10-0-0-5.ec2.internal",
@@ -206,6 +209,7 @@ def test_host_vars_complete():
     assert minimal["dt_gpu_count"] == 0
     assert minimal["dt_public_ip"] is None and minimal["dt_cluster"] is None and minimal["dt_role"] is None
     assert minimal["dt_elastic"] is False and minimal["dt_status"] is None and minimal["dt_launch_time"] is None
+    assert minimal["dt_efs_id"] is None
 
 
 @pytest.mark.parametrize(
