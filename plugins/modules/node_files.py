@@ -36,7 +36,8 @@ options:
     required: true
     suboptions:
       path:
-        description: Absolute path on the node.
+        description: Absolute path on the node; a leading C(~) or C(~user) is expanded there (a user's home needs
+          no lookup first).
         type: path
         required: true
       state:

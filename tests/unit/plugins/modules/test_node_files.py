@@ -93,3 +93,13 @@ def test_a_line_entry_keeps_the_other_lines_and_updates_its_own_in_place(tmp_pat
 def test_with_line_without_match_finds_the_very_same_line():
     assert node_files.with_line("a\nb\n", "b", None) == "a\nb\n"
     assert node_files.with_line("a\nbb", "b", None) == "a\nbb\nb\n"
+
+
+def test_a_path_under_a_users_home_is_expanded_on_the_node(tmp_path, capsys, monkeypatch):
+    # node_base's known_hosts entry point gives ~<user>/.ssh/...: the node finds the home, no lookup first
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    out = run(capsys, [{"path": "~/.ssh/known_hosts_dynatrain", "content": "127.0.0.2 ssh-ed25519 AAAA\n", "mode": "0644"}])
+    made = tmp_path / ".ssh" / "known_hosts_dynatrain"
+    assert out["changed"] and out["changed_paths"] == [str(made)]
+    assert made.read_text() == "127.0.0.2 ssh-ed25519 AAAA\n" and mode(made) == 0o644
