@@ -223,7 +223,7 @@ def run():
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per API call is noise
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: (stop.set(), moto_compat.state_changed()))
     for p in (config.port(), config.control_port()):
         if not port_free(p):
             log.error("port %s:%d is in use; another local cloud? (DT_LOCALCLOUD_PORT picks others)", config.HOST, p)
@@ -266,7 +266,7 @@ def run():
                 failures += 1
                 if failures in (1, 10) or failures % 100 == 0:
                     log.exception("reconcile failed (%d in a row): %s", failures, e)
-            stop.wait(TICK_S)
+            moto_compat.wait_for_change(TICK_S)     # a launch, start, stop or terminate wakes it at once
         log.info("stopping: removing nodes")
         return 0
     finally:

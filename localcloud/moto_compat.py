@@ -197,6 +197,7 @@ def _patch_launch_template_network():
                     iam_instance_profile_name=profile.get("Name"),
                     iam_instance_profile_arn=profile.get("Arn"),
                 )
+        state_changed()
         return reservation
 
     InstanceBackend.run_instances = run_instances
@@ -428,6 +429,21 @@ STATE_CODES = {"pending": 0, "running": 16, "shutting-down": 32, "terminated": 4
 # its own, so "still stopping? then stopped" must not interleave with a TerminateInstances.
 _state_lock = threading.RLock()
 _transitions = {"enabled": False}
+# A request that changes which nodes should run (a launch, a start, a stop, a terminate) wakes the
+# daemon's reconciler at once: a node's boot is modelled as instant, not as up to a tick's wait.
+_changed = threading.Event()
+
+
+def state_changed():
+    """Wake the reconciler now (the daemon waits in wait_for_change between ticks)."""
+    _changed.set()
+
+
+def wait_for_change(timeout):
+    """Wait up to timeout s for state_changed(); True when it came."""
+    came = _changed.wait(timeout)
+    _changed.clear()
+    return came
 
 
 def use_transitions(enabled=True):
@@ -518,6 +534,7 @@ def _patch_stop_start():
             self.state_reason = StateReason(
                 "Client.UserInitiatedShutdown: User initiated shutdown", "Client.UserInitiatedShutdown"
             )
+            state_changed()
             return previous
 
     def patched_start(self):
@@ -534,11 +551,15 @@ def _patch_stop_start():
                 nic.start()  # a new public IP when the subnet/template maps them (check_auto_public_ip)
             self._reason = ""
             self.state_reason = StateReason()
+            state_changed()
             return previous
 
     def patched_terminate(self):
         with _state_lock:
-            return terminate(self)
+            try:
+                return terminate(self)
+            finally:
+                state_changed()
 
     Instance.stop = patched_stop
     Instance.start = patched_start

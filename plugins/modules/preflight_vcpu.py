@@ -59,8 +59,8 @@ options:
     default: ""
   identity:
     description:
-      - Read the caller's identity (STS C(GetCallerIdentity)) first and return its account in RV(account),
-        so that a run needs no module run of its own for it (C(playbooks/preflight.yml) for add_workers).
+      - Read the caller's identity (STS C(GetCallerIdentity)) first and return its account in RV(account) and
+        its ARN in RV(arn), so that a run needs no module run of its own for it (C(playbooks/preflight.yml)).
       - When it cannot be read (no usable credentials), nothing else is checked and the module returns
         RV(identity_error) without failing; the caller says what to set.
     type: bool
@@ -107,6 +107,11 @@ account:
   returned: when O(identity=true)
   type: str
   sample: "123456789012"
+arn:
+  description: The caller's ARN (its partition names the permissions boundary's), or null when it could not be read.
+  returned: when O(identity=true)
+  type: str
+  sample: "arn:aws:iam::123456789012:user/admin"
 identity_error:
   description: Why the caller's identity could not be read (then nothing was checked), or null.
   returned: when O(identity=true)
@@ -191,9 +196,10 @@ def main():
     if module.params["identity"]:
         try:
             sts = module.client("sts", retry_decorator=AWSRetry.jittered_backoff())
-            found = dict(account=sts.get_caller_identity(aws_retry=True)["Account"], identity_error=None)
+            caller = sts.get_caller_identity(aws_retry=True)
+            found = dict(account=caller["Account"], arn=caller["Arn"], identity_error=None)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            module.exit_json(changed=False, checked=[], unchecked=[], account=None,
+            module.exit_json(changed=False, checked=[], unchecked=[], account=None, arn=None,
                              identity_error=f"Failed to retrieve caller identity: {e}")
     ec2 = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:

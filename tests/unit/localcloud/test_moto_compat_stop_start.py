@@ -120,3 +120,19 @@ def test_without_transitions_moto_stops_and_starts_at_once(ec2, launch):
 
 def test_settle_of_an_unknown_instance_is_false():
     assert moto_compat.settle("i-00000000000000000", "stopping", "stopped") is False
+
+
+def test_a_launch_a_stop_a_start_and_a_terminate_each_wake_the_reconciler(ec2, launch, transitions):
+    moto_compat.wait_for_change(0)                        # whatever an earlier test left
+    assert moto_compat.wait_for_change(0.01) is False     # nothing asked: the daemon waits its tick out
+    iid = launch()["InstanceId"]
+    assert moto_compat.wait_for_change(0) is True         # RunInstances
+    ec2.describe_instances(InstanceIds=[iid])
+    assert moto_compat.wait_for_change(0.01) is False     # a read changes nothing
+    ec2.stop_instances(InstanceIds=[iid])
+    assert moto_compat.wait_for_change(0) is True
+    moto_compat.settle(iid, "stopping", "stopped")
+    ec2.start_instances(InstanceIds=[iid])
+    assert moto_compat.wait_for_change(0) is True
+    ec2.terminate_instances(InstanceIds=[iid])
+    assert moto_compat.wait_for_change(0) is True
