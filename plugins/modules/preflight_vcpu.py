@@ -160,13 +160,29 @@ def read_running(ec2, cluster):
 
 
 def read_vcpus(ec2, instance_types):
+    """{instance type: vCPUs}; a type EC2 does not know is left out (EC2 refuses a whole request that names one:
+    the types of that request are then asked one by one)."""
     vcpus = {}
     types = sorted(set(instance_types))
     for start in range(0, len(types), 100):
-        pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=types[start:start + 100])
-        for info in pages.build_full_result().get("InstanceTypes", []):
-            vcpus[info["InstanceType"]] = info["VCpuInfo"]["DefaultVCpus"]
+        try:
+            vcpus.update(describe_vcpus(ec2, types[start:start + 100]))
+        except botocore.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+                raise
+            for one in types[start:start + 100]:
+                try:
+                    vcpus.update(describe_vcpus(ec2, [one]))
+                except botocore.exceptions.ClientError as e:
+                    if e.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+                        raise
     return vcpus
+
+
+def describe_vcpus(ec2, instance_types):
+    pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=instance_types)
+    return {info["InstanceType"]: info["VCpuInfo"]["DefaultVCpus"]
+            for info in pages.build_full_result().get("InstanceTypes", [])}
 
 
 def read_quota(quotas_client, code):
@@ -210,12 +226,13 @@ def main():
         vcpus = read_vcpus(ec2, [r["instance_type"] for r in requests] + [i["instance_type"] for i in running])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         module.fail_json_aws(e, msg="Could not read the instances / instance types")
-    unchecked = [f"{r['instance_type']}: its class has no vCPU quota checked here"
-                 for r in requests if vcpu_class(r["instance_type"]) is None]
+    # A type EC2 does not know: not checked here. preflight's zone check, which follows, says that no
+    # zone offers it (add_workers launches the type of the cluster's launch template).
     unknown = sorted({r["instance_type"] for r in requests} - set(vcpus))
-    if unknown:
-        module.fail_json(msg=f"instance type(s) {', '.join(unknown)} unknown in {module.region}: "
-                             "check dt_master_instance_type / dt_worker_instance_type. Nothing was created.")
+    requests = [r for r in requests if r["instance_type"] in vcpus]
+    unchecked = [f"{t}: EC2 knows no such instance type in {module.region}" for t in unknown]
+    unchecked += [f"{r['instance_type']}: its class has no vCPU quota checked here"
+                  for r in requests if vcpu_class(r["instance_type"]) is None]
     quotas_client = module.client("service-quotas", retry_decorator=AWSRetry.jittered_backoff())
     checked, problems = [], []
     for (klass, market), need in sorted(vcpu_needs(requests, vcpus, running).items()):
