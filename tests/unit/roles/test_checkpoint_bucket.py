@@ -250,3 +250,18 @@ def test_a_boundary_that_does_not_exist_is_refused_saying_who_creates_it(cloud, 
     rc, out = _play(tmp_path, cloud, "main.yml", checkpoint_bucket_cluster_name="nobound",
                     checkpoint_bucket_permissions_boundary="arn:aws:iam::%s:policy/not-created" % ACCOUNT)
     assert rc != 0 and "created once per account by an administrator" in out, out[-3000:]
+
+
+def _sts_reads(cloud):
+    return sum(1 for c in request_log.read(cloud["calls"]) if c.get("action") == "GetCallerIdentity")
+
+
+def test_name_takes_the_callers_identity_from_the_play_and_reads_it_only_without(cloud, tmp_path):
+    before = _sts_reads(cloud)
+    rc, out = _play(tmp_path, cloud, "name.yml",
+                    checkpoint_bucket_caller={"account": ACCOUNT, "arn": "arn:aws:iam::%s:user/admin" % ACCOUNT})
+    assert rc == 0, out[-3000:]
+    assert _sts_reads(cloud) == before                    # preflight's dt_caller: no STS call of its own
+    rc, out = _play(tmp_path, cloud, "name.yml")
+    assert rc == 0, out[-3000:]
+    assert _sts_reads(cloud) == before + 1                # alone, the role reads it
