@@ -141,6 +141,22 @@ options:
       - Nothing is written in check mode, or when the edit adds nothing.
     type: bool
     default: false
+  edit:
+    description:
+      - V(false) leaves C(host_worker) as it is: only O(require) is checked and, with O(warm=true) and
+        O(state=present), the warm requests of the hosts of O(hosts) not yet in the file are written.
+        A step before the edit (C(playbooks/configure_nodes.yml) for a worker from the warm pool): the
+        launcher starts their processes while the play goes on, and the edit that follows finds them
+        warmer. Nothing is waited for.
+    type: bool
+    default: true
+  require:
+    description:
+      - With O(state=present), a file name beside O(path) that each host of O(hosts) must have, C({ip})
+        standing for its address (C(prepare_data_success_{ip}): its data is ready). When one is missing
+        the module fails, names it, and changes nothing.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -435,6 +451,8 @@ class Request:
     confirm: Pending | None = None
     poll: float = 0.0
     warm: bool = False
+    edit: bool = True
+    require: str = ""
 
     @classmethod
     def from_params(cls, params):
@@ -456,11 +474,31 @@ class Request:
             confirm=Pending.from_option(params.get("confirm")),
             poll=_number(params, "poll", 0.0),
             warm=bool(params.get("warm")),
+            edit=params.get("edit") is not False,
+            require=_require_pattern(params.get("require") or ""),
         )
 
     @property
     def directory(self):
         return os.path.dirname(self.path)
+
+
+def _require_pattern(pattern):
+    """``require`` as given, once it names one file beside path per host ({ip} in a plain file name)."""
+    if pattern and ("{ip}" not in pattern or "/" in pattern):
+        raise HostWorkerError(f"require={pattern!r} is not a file name with {{ip}} in it (e.g. prepare_data_success_{{ip}})")
+    return pattern
+
+
+def check_required(request):
+    """Raise HostWorkerError naming each host of an addition whose ``require`` file is missing."""
+    if not request.require or request.state != "present":
+        return
+    missing = [request.require.replace("{ip}", h) for h in request.hosts
+               if not os.path.exists(os.path.join(request.directory, request.require.replace("{ip}", h)))]
+    if missing:
+        raise HostWorkerError(f"{', '.join(missing)} missing in {request.directory}: the host's data is not "
+                              "ready (prepare_data writes it on success); nothing was changed")
 
 
 def check_target(request):
@@ -582,10 +620,15 @@ def apply_edit(request, check_mode=False):
     The log position is recorded before the write, so that only later log lines
     can confirm the change.
     """
+    check_required(request)
     if check_mode:
-        return compute_edit(request, _read_text(request.path))
+        edit = compute_edit(request, _read_text(request.path))
+        return edit if request.edit else Edit(before=edit.before, after=edit.before, added=[], removed=[])
     with locked(request.path, timeout=request.lock_timeout):
         edit = compute_edit(request, _read_text(request.path))
+        if not request.edit:                     # the warm requests alone, before a later edit
+            warmed = warm_joiners(request, edit) if request.warm and request.state == "present" else ()
+            return Edit(before=edit.before, after=edit.before, added=[], removed=[], warmed=warmed)
         if edit.changed:
             edit.position = log_position(request.log_path)
             if request.warm and request.state == "present":
@@ -795,6 +838,9 @@ def run(params, check_mode=False, diff_mode=False, warn=None, sleep=time.sleep, 
         return await_confirmation(request, request.confirm, result, **waiting)
     edit = edit_or_fail(request, check_mode, result)
     result.update(edit_result(request, edit, diff_mode), warmed=list(edit.warmed))
+    if not request.edit:
+        result["changed"] = bool(edit.warmed)
+        return result
     changed = edit.changed and not check_mode
     pending = Pending(state=request.state, hosts=(edit.added if request.state == "present" else edit.removed)
                       if changed else [], position=tuple(edit.position or (0, -1)), started=clock())
@@ -860,6 +906,8 @@ def main():
             confirm=dict(type="dict"),
             poll=dict(type="float", default=0.0),
             warm=dict(type="bool", default=False),
+            edit=dict(type="bool", default=True),
+            require=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )

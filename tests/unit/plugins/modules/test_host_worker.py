@@ -120,6 +120,33 @@ def test_warm_writes_a_request_per_joiner_before_the_edit(efs):
     assert run(params(efs, hosts=["10.0.0.7"]))["warmed"] == []                 # warm not asked for
 
 
+def test_edit_false_writes_the_warm_requests_alone_once_the_required_markers_are_there(efs):
+    """configure_nodes' step for a worker from the warm pool: its data marker checked, its warm request written,
+    host_worker left as it is (the edit comes later, and finds the process warmer)."""
+    warm = efs / "control" / "warm"
+    before = text(efs)
+    pooled = dict(hosts=["10.0.0.8"], warm=True, edit=False, require="prepare_data_success_{ip}")
+    with pytest.raises(host_worker.HostWorkerFailure, match="prepare_data_success_10.0.0.8 missing"):
+        run(params(efs, **pooled))
+    assert not warm.exists() and text(efs) == before                 # no marker: nothing written
+    (efs / "prepare_data_success_10.0.0.8").write_text("")
+    res = run(params(efs, **pooled), check_mode=True)
+    assert res["warmed"] == [] and not warm.exists()
+    res = run(params(efs, **pooled))
+    assert res["warmed"] == ["10.0.0.8"] and res["changed"] is True and res["added"] == []
+    assert sorted(os.listdir(warm)) == ["10.0.0.8.json"] and text(efs) == before
+    assert res["confirm"] is None                                   # nothing to wait for
+    assert run(params(efs, **dict(pooled, hosts=["10.0.0.2"], require="")))["warmed"] == []   # a member already
+    res = run(params(efs, hosts=["10.0.0.8"], warm=True, require="prepare_data_success_{ip}"))   # the edit
+    assert res["added"] == ["10.0.0.8"] and "10.0.0.8" in text(efs)
+
+
+@pytest.mark.parametrize("pattern", ["prepare_data_success", "../x_{ip}"])
+def test_require_must_name_a_file_per_host_beside_host_worker(efs, pattern):
+    with pytest.raises(host_worker.HostWorkerFailure, match="is not a file name with"):
+        run(params(efs, hosts=["10.0.0.8"], require=pattern))
+
+
 def test_remove_and_idempotence(efs):
     res = run(params(efs, hosts=["10.0.0.3"], state="absent"))
     assert res["changed"] is True
