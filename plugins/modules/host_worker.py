@@ -143,18 +143,18 @@ options:
     default: false
   edit:
     description:
-      - V(false) leaves C(host_worker) as it is: only O(require) is checked and, with O(warm=true) and
+      - V(false) leaves C(host_worker) as it is. Only O(require) is checked and, with O(warm=true) and
         O(state=present), the warm requests of the hosts of O(hosts) not yet in the file are written.
-        A step before the edit (C(playbooks/configure_nodes.yml) for a worker from the warm pool): the
-        launcher starts their processes while the play goes on, and the edit that follows finds them
-        warmer. Nothing is waited for.
+        A step before the edit (C(playbooks/configure_nodes.yml) for a worker from the warm pool), so
+        that the launcher starts their processes while the play goes on and the edit that follows
+        finds them warmer. Nothing is waited for.
     type: bool
     default: true
   require:
     description:
       - With O(state=present), a file name beside O(path) that each host of O(hosts) must have, C({ip})
-        standing for its address (C(prepare_data_success_{ip}): its data is ready). When one is missing
-        the module fails, names it, and changes nothing.
+        standing for its address (C(prepare_data_success_{ip}) says that its data is ready). When one is
+        missing the module fails, names it, and changes nothing.
     type: str
     default: ""
 attributes:
