@@ -197,7 +197,6 @@ def _patch_launch_template_network():
                     iam_instance_profile_name=profile.get("Name"),
                     iam_instance_profile_arn=profile.get("Arn"),
                 )
-        state_changed()
         return reservation
 
     InstanceBackend.run_instances = run_instances
@@ -566,6 +565,21 @@ def _patch_stop_start():
     Instance.terminate = patched_terminate
 
 
+def _patch_launch_wake():
+    """A RunInstances wakes the reconciler (stop, start and terminate do in _patch_stop_start)."""
+    from moto.ec2.models.instances import InstanceBackend
+
+    run_instances = InstanceBackend.run_instances
+
+    def launch_and_wake(self, *args, **kwargs):
+        try:
+            return run_instances(self, *args, **kwargs)
+        finally:
+            state_changed()
+
+    InstanceBackend.run_instances = launch_and_wake
+
+
 def _missing_boundary(backend, arn):
     """IAM refuses a permissions boundary that is not a policy of the account (moto takes any ARN)."""
     if not arn or ":iam::aws:policy/" in arn:      # AWS-managed: moto may not load them; IAM has them
@@ -630,6 +644,7 @@ def apply():
     _patch_bucket_policy_conditions()
     _patch_permissions_boundary()
     _patch_stop_start()
+    _patch_launch_wake()
     set_spot_capacity(spot_capacity_from_env())
     from moto.ec2.responses.launch_templates import LaunchTemplates
 

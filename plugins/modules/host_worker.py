@@ -494,8 +494,8 @@ def check_required(request):
     """Raise HostWorkerError naming each host of an addition whose ``require`` file is missing."""
     if not request.require or request.state != "present":
         return
-    missing = [request.require.replace("{ip}", h) for h in request.hosts
-               if not os.path.exists(os.path.join(request.directory, request.require.replace("{ip}", h)))]
+    names = [request.require.replace("{ip}", h) for h in request.hosts]
+    missing = [name for name in names if not os.path.exists(os.path.join(request.directory, name))]
     if missing:
         raise HostWorkerError(f"{', '.join(missing)} missing in {request.directory}: the host's data is not "
                               "ready (prepare_data writes it on success); nothing was changed")

@@ -165,24 +165,26 @@ def read_vcpus(ec2, instance_types):
     vcpus = {}
     types = sorted(set(instance_types))
     for start in range(0, len(types), 100):
-        try:
-            vcpus.update(describe_vcpus(ec2, types[start:start + 100]))
-        except botocore.exceptions.ClientError as e:
-            if e.response.get("Error", {}).get("Code") != "InvalidInstanceType":
-                raise
-            for one in types[start:start + 100]:
-                try:
-                    vcpus.update(describe_vcpus(ec2, [one]))
-                except botocore.exceptions.ClientError as e:
-                    if e.response.get("Error", {}).get("Code") != "InvalidInstanceType":
-                        raise
+        batch = types[start:start + 100]
+        found = describe_vcpus(ec2, batch)
+        if found is None:
+            found = {}
+            for one in batch:
+                found.update(describe_vcpus(ec2, [one]) or {})
+        vcpus.update(found)
     return vcpus
 
 
 def describe_vcpus(ec2, instance_types):
-    pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=instance_types)
-    return {info["InstanceType"]: info["VCpuInfo"]["DefaultVCpus"]
-            for info in pages.build_full_result().get("InstanceTypes", [])}
+    """{type: vCPUs} of instance_types, or None when EC2 refuses them for a type it does not know."""
+    try:
+        pages = ec2.get_paginator("describe_instance_types").paginate(InstanceTypes=instance_types)
+        return {info["InstanceType"]: info["VCpuInfo"]["DefaultVCpus"]
+                for info in pages.build_full_result().get("InstanceTypes", [])}
+    except botocore.exceptions.ClientError as e:
+        if e.response.get("Error", {}).get("Code") != "InvalidInstanceType":
+            raise
+        return None
 
 
 def read_quota(quotas_client, code):
