@@ -32,12 +32,28 @@ overall=0
 selected() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # stage NAME CMD...: runs one stage; its wall time and result go to the table at the end.
+# Its output also goes to tests/output/stage-NAME.log, whose end is printed again after the table when
+# it fails (CI shows the last lines of a run: the lanes' logs come before the table).
 stage() {
-  local name=$1; shift
+  local name=$1 rc; shift
   echo "=== stage $name: $*"
   local t0=$SECONDS
-  "$@"
-  echo "$name $? $((SECONDS - t0))" >>"$STATUS"
+  "$@" 2>&1 | tee "$OUT/stage-$name.log"
+  rc=${PIPESTATUS[0]}
+  echo "$name $rc $((SECONDS - t0))" >>"$STATUS"
+}
+
+# why_failed NAME: a few lines of a failed stage's log that say why, ANSI colours removed: pytest's
+# failed assertion (its `E` lines that name a failure) and its summary line, or else the last lines
+# (molecule's and the checks').
+why_failed() {
+  local log="$OUT/stage-$1.log" lines
+  [ -f "$log" ] || return 0
+  lines=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^E  ' | grep -iE 'fatal|error|fail|assert|msg' | tail -n 8
+          sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^(FAILED|ERROR) ' | tail -n 3)
+  [ -n "$lines" ] || lines=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -v '^\s*$' | tail -n 10)
+  echo "=== why $1 failed (the end of tests/output/stage-$1.log)"
+  printf '%s\n' "$lines" | cut -c1-300
 }
 
 # `scenarios cloud|roles`: those on the local cloud use molecule's delegated (`default`) driver,
@@ -143,4 +159,7 @@ while read -r name rc secs; do
 done <"$STATUS"
 [ $lanes = 1 ] && echo "  (the e2e, then molecule-cloud, beside unit, lint and sanity; then the role scenarios in both lanes)"
 echo "  total          ${SECONDS}s"
+while read -r name rc _; do
+  [ "$rc" -eq 0 ] || why_failed "$name"
+done <"$STATUS"
 exit $overall
