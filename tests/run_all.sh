@@ -47,11 +47,12 @@ stage() {
 # failed assertion (its `E` lines that name a failure) and its summary line, or else the last lines
 # (molecule's and the checks').
 why_failed() {
-  local log="$OUT/stage-$1.log" lines
+  local log="$OUT/stage-$1.log" plain lines
   [ -f "$log" ] || return 0
-  lines=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^E  ' | grep -iE 'fatal|error|fail|assert|msg' | tail -n 8
-          sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E '^(FAILED|ERROR) ' | tail -n 3)
-  [ -n "$lines" ] || lines=$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -v '^\s*$' | tail -n 10)
+  plain=$(sed 's/\x1b\[[0-9;]*m//g' "$log")
+  lines=$(grep -E '^E  ' <<<"$plain" | grep -iE 'fatal|error|fail|assert|msg' | tail -n 8
+          grep -E '^(FAILED|ERROR) ' <<<"$plain" | tail -n 3)
+  [ -n "$lines" ] || lines=$(grep -v '^\s*$' <<<"$plain" | tail -n 10)
   echo "=== why $1 failed (the end of tests/output/stage-$1.log)"
   printf '%s\n' "$lines" | cut -c1-300
 }
