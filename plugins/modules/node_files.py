@@ -99,128 +99,18 @@ changed_paths:
   elements: str
 """
 
-import os
-import re
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_bytes
+from ansible_collections.dynatrain.elastic.plugins.module_utils.node_files import ENTRY_OPTIONS, apply_files, with_line
 
-
-def _attributes(module, entry, changed):
-    """Owner, group and mode where they differ (check mode: only says so)."""
-    args = module.load_file_common_arguments({k: entry.get(k) for k in ("path", "owner", "group", "mode")})
-    return module.set_fs_attributes_if_different(args, changed)
-
-
-def _directory(module, entry):
-    path = entry["path"]
-    if os.path.isdir(path):
-        return _attributes(module, entry, False)
-    if os.path.lexists(path):
-        module.fail_json(msg="%s exists and is not a directory: remove it or choose another path." % path)
-    if module.check_mode:
-        return True
-    os.makedirs(path)
-    return _attributes(module, entry, True)
-
-
-def _file(module, entry, data=None):
-    path = entry["path"]
-    if data is None:
-        if entry.get("content") is None:
-            module.fail_json(msg="%s: state=file needs content (the whole file, as text)." % path)
-        data = to_bytes(entry["content"], errors="surrogate_or_strict")
-    if os.path.isdir(path):
-        module.fail_json(msg="%s is a directory: a file cannot replace it." % path)
-    current = None
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            current = fh.read()
-    if current == data:
-        return _attributes(module, entry, False)
-    if module.check_mode:
-        return True
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        module.fail_json(msg="%s: its directory %s does not exist; list it before the file (state=directory)."
-                         % (path, directory))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return _attributes(module, entry, True)
-
-
-def with_line(text, line, match):
-    """``text`` with ``line`` in place of the lines ``match`` finds (where the first was), or appended. Pure."""
-    lines = text.splitlines()
-    found = [i for i, have in enumerate(lines) if (re.search(match, have) if match else have == line)]
-    if found:
-        lines = [have for i, have in enumerate(lines) if i not in found[1:]]
-        lines[found[0]] = line
-    else:
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
-def _line(module, entry):
-    path = entry["path"]
-    if entry.get("line") is None or "\n" in entry["line"]:
-        module.fail_json(msg="%s: state=line needs line (one line of text, no newline)." % path)
-    if entry.get("match"):
-        try:
-            re.compile(entry["match"])
-        except re.error as e:
-            module.fail_json(msg="%s: match %r is not a regular expression: %s." % (path, entry["match"], e))
-    current = ""
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            current = fh.read().decode("utf-8", "surrogateescape")
-    text = with_line(current, entry["line"], entry.get("match"))
-    return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
-
-
-def _absent(module, entry):
-    path = entry["path"]
-    if os.path.isdir(path) and not os.path.islink(path):
-        module.fail_json(msg="%s is a directory: node_files removes files and links only." % path)
-    if not os.path.lexists(path):
-        return False
-    if not module.check_mode:
-        os.unlink(path)
-    return True
-
-
-APPLY = {"directory": _directory, "file": _file, "line": _line, "absent": _absent}
+__all__ = ["with_line"]     # the pure helper, for the unit tests
 
 
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "files": {"type": "list", "elements": "dict", "required": True, "options": {
-                "path": {"type": "path", "required": True},
-                "state": {"type": "str", "choices": ["directory", "file", "line", "absent"], "default": "file"},
-                "content": {"type": "str"},
-                "line": {"type": "str"},
-                "match": {"type": "str"},
-                "owner": {"type": "str"},
-                "group": {"type": "str"},
-                "mode": {"type": "raw"},
-            }},
-        },
+        argument_spec={"files": {"type": "list", "elements": "dict", "required": True, "options": ENTRY_OPTIONS}},
         supports_check_mode=True,
     )
-    changed_paths = []
-    for entry in module.params["files"]:
-        if not os.path.isabs(entry["path"]):
-            module.fail_json(msg="%s is not an absolute path." % entry["path"])
-        if APPLY[entry["state"]](module, entry):
-            changed_paths.append(entry["path"])
+    changed_paths = apply_files(module, module.params["files"])
     module.exit_json(changed=bool(changed_paths), changed_paths=changed_paths)
 
 

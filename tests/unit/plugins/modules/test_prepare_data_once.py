@@ -84,7 +84,7 @@ def test_check_mode_runs_nothing_and_a_missing_marker_directory_is_refused(tmp_p
 def test_the_marker_belongs_to_the_user(tmp_path, capsys, monkeypatch):
     """Owner and mode set on the temporary file stay on the marker (chown is watched: the test runs as one user)."""
     owners = []
-    monkeypatch.setattr(prepare_data_once.os, "chown", lambda path, uid, gid: owners.append((os.path.basename(path), uid)))
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid: owners.append((os.path.basename(path), uid)))
     s = script(tmp_path, "pass\n")
     out = run(capsys, tmp_path, s)
     marker = tmp_path / "efs" / "prepare_data_success_10.0.0.5"
