@@ -8,6 +8,7 @@ up for a look afterwards.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +115,10 @@ def start_playbook(env, name, extra):
     """Start `ansible-playbook <name>.yml` in the background; the caller collects it (communicate)."""
     return subprocess.Popen(_playbook_cmd(name, extra), cwd=ROOT, env=user_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+
+
+def task_results(out, task):
+    """{host: ok|changed|skipping|failed} of the task named ``task`` in a playbook's output (its last run)."""
+    chunks = [chunk for chunk in out.split("\nTASK [") if chunk.startswith(task + "]")]
+    found = re.findall(r"^(ok|changed|skipping|failed|fatal): \[([^\]]+)\]", chunks[-1] if chunks else "", re.M)
+    return {host: state for state, host in found}

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, demo, playbook, start_playbook
+from conftest import ROOT, demo, playbook, start_playbook, task_results
 
 from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -216,6 +216,9 @@ def test_elastic_membership_end_to_end(cloud):
         assert all(nodes[ip]["tags"]["elastic_worker_status"] == "ADDED" for ip in added)
         assert all(CLUSTER + "-aws-dl-cfn-elastic-worker" in nodes[ip]["tags"] for ip in added)
         assert all(os.path.exists(os.path.join(efs, "prepare_data_success_" + ip)) for ip in added)
+        # issue 28: the launched worker (from the baked image) was configured in one module run, from the roles' plans
+        (launched,) = set(added) - {pooled_ip}
+        assert task_results(out, "Apply the plans in one module run") == {launched: "changed"}, out[-5000:]
         assert set(_workers_count(env, nodes).values()) == {4}            # DL-CFN's count on every node
         # issue 28: the launcher's Prometheus metrics on the master's private address (dt_metrics_port)
         text = job.wait_for("the master's metrics to show the world of 4", lambda: _metrics_when(

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, demo, playbook
+from conftest import ROOT, demo, playbook, task_results
 
 from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -121,10 +121,12 @@ def test_torch_engine_end_to_end(cloud):
         assert sorted(e[1:] for e in _log(job)) == sorted(("ADDED", ip) for ip in base + [master])
 
         # add a worker while training, not naming the engine: the cluster's job says torch
-        _run_ok(env, "add_workers", {"count": 1})
+        out = _run_ok(env, "add_workers", {"count": 1})
         nodes = _nodes(env)
         (added,) = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "elastic"]
         assert nodes[added]["tags"]["elastic_worker_status"] == "ADDED"
+        # issue 28: a worker from the torch image is configured in one module run (the torch role's plan: venv current)
+        assert task_results(out, "Apply the plans in one module run") == {added: "changed"}, out[-5000:]
         assert _log(job)[-1][1:] == ("ADDED", added)
         lock = _on_node(env, nodes[added]["id"], "ls", "/opt/dynatrain")
         assert "torch-requirements.lock" in lock.stdout.split(), lock
