@@ -109,7 +109,7 @@ options:
   prepare_data:
     description:
       - The options of M(dynatrain.elastic.prepare_data_once) (C(script), C(python), C(user), C(marker),
-        C(marker_content), ...): the node's data, prepared last. Nothing when not given.
+        C(marker_content) and the others), to prepare the node's data last. Nothing when not given.
     type: dict
 attributes:
   check_mode:

@@ -86,11 +86,12 @@ def plans(tmp_path, controller, fact_node=None, fact_baked=None, **settings):
     library.mkdir()
     (library / "systemd_node.py").write_text(
         "#!/usr/bin/python\nimport json\nprint(json.dumps({'changed': False, 'ansible_facts': {'service_mgr': 'systemd'}}))\n")
-    tasks = [{"name": "Gather the node's facts", "ansible.builtin.setup": {"gather_subset": ["!all", "min"],
-                                                                          "fact_path": str(facts)}},
+    setup = {"gather_subset": ["!all", "min"], "fact_path": str(facts)}
+    tasks = [{"name": "Gather the node's facts", "ansible.builtin.setup": setup},
              {"name": "A node that runs systemd", "systemd_node": {}}]
-    tasks += [{"name": f"Plan {role}", "ansible.builtin.import_role": {"name": f"dynatrain.elastic.{role}",
-                                                                        "tasks_from": "plan.yml"}} for role in ROLES]
+    tasks += [{"name": f"Plan {role}",
+               "ansible.builtin.import_role": {"name": f"dynatrain.elastic.{role}", "tasks_from": "plan.yml"}}
+              for role in ROLES]
     tasks += [{"name": "Write the plans", "delegate_to": "localhost", "ansible.builtin.copy": {
         "dest": str(out), "mode": "0600",
         "content": "{{ {" + ", ".join(f"'{r}': {r}_node_plan" for r in ROLES) + "} | to_json }}"}}]
@@ -105,7 +106,7 @@ def plans(tmp_path, controller, fact_node=None, fact_baked=None, **settings):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert SECRET not in output                       # the training environment is never shown
-    return json.loads(out.read_text()), output
+    return json.loads(out.read_text())
 
 
 def not_ready(result):
@@ -113,7 +114,7 @@ def not_ready(result):
 
 
 def test_a_baked_worker_is_planned_whole(tmp_path, controller):
-    result, _ = plans(tmp_path, controller)
+    result = plans(tmp_path, controller)
     assert not_ready(result) == []
     files = {f["path"]: f for plan in result.values() for f in plan.get("files", [])}
     key = files[ME.pw_dir + "/.ssh/authorized_keys"]
@@ -146,13 +147,13 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
     ({"settings": {"prepare_data_script_src": "/tmp/prepare.py"}}, ["prepare_data"]),
 ])
 def test_a_role_that_cannot_plan_the_node_sends_it_the_roles_way(tmp_path, controller, change, refused):
-    result, _ = plans(tmp_path, controller, change.get("fact_node"), change.get("fact_baked"), **change.get("settings", {}))
+    result = plans(tmp_path, controller, change.get("fact_node"), change.get("fact_baked"), **change.get("settings", {}))
     assert not_ready(result) == refused
 
 
 def test_an_nfs_client_baked_into_the_image_is_planned(tmp_path, controller):
-    result, _ = plans(tmp_path, controller, efs_mount_type="nfs4", efs_file_system_id="fs-0123abcd",
-                      efs_baked_packages=["nfs-common"], efs_region="eu-west-1")
+    result = plans(tmp_path, controller, efs_mount_type="nfs4", efs_file_system_id="fs-0123abcd",
+                   efs_baked_packages=["nfs-common"], efs_region="eu-west-1")
     assert not_ready(result) == []
     (mount,) = result["efs"]["mounts"]
     assert mount["src"] == "fs-0123abcd.efs.eu-west-1.amazonaws.com:/" and mount["fstype"] == "nfs4"

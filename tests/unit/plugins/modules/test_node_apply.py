@@ -81,8 +81,8 @@ def test_mounts_once_and_writes_the_line_the_mount_module_writes(node, capsys):
 def test_a_mount_that_fails_leaves_fstab_as_it_was(node, capsys, monkeypatch):
     before = (node / "fstab").read_text()
     monkeypatch.setenv("FAIL_mount", "1")
-    out = run(capsys, node, mounts=[volume(node)], prepare_data={"script": "/x", "python": "/y", "user": ME,
-                                                                  "marker": str(node / "m"), "marker_content": ""})
+    prepare = {"script": "/x", "python": "/y", "user": ME, "marker": str(node / "m"), "marker_content": ""}
+    out = run(capsys, node, mounts=[volume(node)], prepare_data=prepare)
     assert out["failed"] and "Could not mount /localcloud/efs/fs-1" in out["msg"] and "mount: refused" in out["msg"]
     assert (node / "fstab").read_text() == before and not (node / "efs").exists()
 
