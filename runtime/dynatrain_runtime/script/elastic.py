@@ -180,7 +180,8 @@ class Elastic:
         self.rank, self.world = self.engine.rank, self.engine.world
         self.mx = getattr(self.engine, "mx", None)    # MXNet's module and kvstore (the Trainer is built on it)
         self.kv = getattr(self.engine, "kv", None)
-        if self.engine_name == "torch" and self.channel is not None:
+        # under the launcher, or in a process group of its own (torchrun's environment: the GPU check's group)
+        if self.engine_name == "torch" and (self.channel is not None or getattr(self.engine, "distributed", False)):
             atexit.register(_exit_at_once, self)
         self.lr = LrSchedule(batch_policy, lr, self.global_batch, self.per_worker_batch, warmup_steps)
         self.epoch, self.pos, self.step = 0, 0, 0
@@ -570,8 +571,8 @@ class Elastic:
 
 
 def _exit_at_once(elastic):
-    """atexit (torch, under the launcher): once training finished or stopped at its boundary, end the process
-    with ``finish()``'s status at once.  torch's own teardown (its atexit handlers and the interpreter's
+    """atexit (torch, under the launcher or in a process group of its own): once training finished or stopped at
+    its boundary, end the process with ``finish()``'s status at once.  torch's own teardown (its atexit handlers and the interpreter's
     finalisation of its modules and process group) takes seconds on a busy node -- a silent worker the
     launcher would take for lost -- and now and then aborts ("terminate called without an active
     exception").  Everything of the job is written by then (checkpoint, events, result); stdio and
