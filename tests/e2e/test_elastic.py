@@ -306,7 +306,9 @@ def test_elastic_membership_end_to_end(cloud):
                        cwd=ROOT, env=env, check=True, timeout=60)
         job.wait_for("the drained worker's REMOVED", lambda: _log(job)[-1][1:] == ("REMOVED", late[0]), 90)
         drain_s = time.monotonic() - noticed
-        drained = [e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == "drain"]
+        # (REMOVED is logged at the new group's first step, just before the resize's end is recorded)
+        drained = job.wait_for("the drain's resize to end", lambda: [
+            e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == "drain"], 30)
         print("spot notice -> REMOVED: %.1f s, recomputed steps: %s" % (drain_s, drained[-1]["recomputed_steps"]),
               flush=True)
         assert drained and drained[-1]["recomputed_steps"] == 0
