@@ -21,44 +21,10 @@ description:
     line, then the mount, as M(ansible.posix.mount) with C(state=mounted) does), O(services) (enabled, started,
     restarted when one of their files changed), then O(prepare_data) (as M(dynatrain.elastic.prepare_data_once))."
   - A mount that fails restores C(/etc/fstab) and fails the module; so does a service that does not start.
+  - The contents of O(files) are not logged, whatever the task says (the training environment is a secret).
 author:
   - dynatrain maintainers (@dynatrain)
 options:
-  files:
-    description:
-      - Directories, files, lines and removals, as M(dynatrain.elastic.node_files) takes them, in order. The
-        files' contents are not logged (the training environment is a secret).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Absolute path on the node (a leading C(~) or C(~user) is expanded there).
-        type: path
-        required: true
-      state:
-        description: C(directory), C(file), C(line) or C(absent).
-        type: str
-        choices: [directory, file, line, absent]
-        default: file
-      content:
-        description: The whole content of a C(file).
-        type: str
-      line:
-        description: The line a C(line) entry makes.
-        type: str
-      match:
-        description: A regular expression for the lines a C(line) entry replaces.
-        type: str
-      owner:
-        description: Owner (name or uid); unchanged when not given.
-        type: str
-      group:
-        description: Group (name or gid); unchanged when not given.
-        type: str
-      mode:
-        description: Mode, as M(ansible.builtin.file) takes it.
-        type: raw
   mounts:
     description: File systems to record in O(fstab) and mount.
     type: list
@@ -121,6 +87,7 @@ attributes:
     platforms: posix
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dynatrain.elastic.node_files
 """
 
 EXAMPLES = r"""

@@ -28,42 +28,6 @@ description:
     options (C(from=...)) are updated in place, as M(ansible.posix.authorized_key) does.
 author:
   - dynatrain maintainers (@dynatrain)
-options:
-  files:
-    description: What to apply, in this order.
-    type: list
-    elements: dict
-    required: true
-    suboptions:
-      path:
-        description: Absolute path on the node; a leading C(~) or C(~user) is expanded there (a user's home needs
-          no lookup first).
-        type: path
-        required: true
-      state:
-        description: C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)) or C(absent).
-        type: str
-        choices: [directory, file, line, absent]
-        default: file
-      content:
-        description: The whole content of a C(file). Its directory must exist (list the directory first).
-        type: str
-      line:
-        description: The line a C(line) entry makes (without its newline).
-        type: str
-      match:
-        description: A regular expression (Python's C(re.search)) for the lines a C(line) entry replaces; without
-          it, only the very same line is found.
-        type: str
-      owner:
-        description: Owner (name or uid); unchanged when not given.
-        type: str
-      group:
-        description: Group (name or gid); unchanged when not given.
-        type: str
-      mode:
-        description: Mode, as M(ansible.builtin.file) takes it (e.g. C("0644")); unchanged when not given.
-        type: raw
 attributes:
   check_mode:
     support: full
@@ -72,10 +36,9 @@ attributes:
   platform:
     support: full
     platforms: posix
-notes:
-  - "The task that writes a secret sets C(no_log=true): the content is a module argument."
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dynatrain.elastic.node_files
 """
 
 EXAMPLES = r"""
@@ -107,7 +70,7 @@ __all__ = ["with_line"]     # the pure helper, for the unit tests
 
 def main():
     module = AnsibleModule(
-        argument_spec={"files": {"type": "list", "elements": "dict", "required": True, "options": ENTRY_OPTIONS}},
+        argument_spec={"files": {"type": "list", "elements": "dict", "default": [], "options": ENTRY_OPTIONS}},
         supports_check_mode=True,
     )
     changed_paths = apply_files(module, module.params["files"])

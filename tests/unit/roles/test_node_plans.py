@@ -145,6 +145,12 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
     ({"settings": {"efs_mount_type": "nfs4", "efs_file_system_id": "fs-0123abcd"}}, ["efs"]),
     # a script to copy from the controller first
     ({"settings": {"prepare_data_script_src": "/tmp/prepare.py"}}, ["prepare_data"]),
+    # settings the roles' preflight refuses (the plan reads the same checks): that path then says what is wrong
+    ({"settings": {"efs_mount_type": "nfs4", "efs_file_system_id": "fs-0123abcd", "efs_baked_packages": ["nfs-common"],
+                   "efs_region": "Frankfurt"}}, ["efs"]),
+    ({"settings": {"prepare_data_timeout": "long"}}, ["prepare_data"]),
+    ({"settings": {"node_base_workers_count": "two"}}, ["node_base"]),
+    ({"settings": {"node_base_known_hosts_file": "/nonexistent/known_hosts"}}, ["node_base"]),
 ])
 def test_a_role_that_cannot_plan_the_node_sends_it_the_roles_way(tmp_path, controller, change, refused):
     result = plans(tmp_path, controller, change.get("fact_node"), change.get("fact_baked"), **change.get("settings", {}))

@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright: dynatrain.elastic contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """The ``files`` option of node_files and node_apply: one entry format (module_utils/node_files.py)."""
+
+    DOCUMENTATION = r"""
+options:
+  files:
+    description:
+      - Directories, files, lines and removals to apply on the node, in this order. The files' contents are
+        module arguments, so a task that writes a secret sets C(no_log=true).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: Absolute path on the node; a leading C(~) or C(~user) is expanded there (a user's home needs
+          no lookup first).
+        type: path
+        required: true
+      state:
+        description: C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)) or C(absent).
+        type: str
+        choices: [directory, file, line, absent]
+        default: file
+      content:
+        description: The whole content of a C(file). Its directory must exist (list the directory first).
+        type: str
+      line:
+        description: The line a C(line) entry makes (without its newline).
+        type: str
+      match:
+        description: A regular expression (Python's C(re.search)) for the lines a C(line) entry replaces; without
+          it, only the very same line is found.
+        type: str
+      owner:
+        description: Owner (name or uid); unchanged when not given.
+        type: str
+      group:
+        description: Group (name or gid); unchanged when not given.
+        type: str
+      mode:
+        description: Mode, as M(ansible.builtin.file) takes it (e.g. C("0644")); unchanged when not given.
+        type: raw
+"""
