@@ -219,6 +219,12 @@ def test_elastic_membership_end_to_end(cloud):
         # issue 28: the launched worker (from the baked image) was configured in one module run, from the roles' plans
         (launched,) = set(added) - {pooled_ip}
         assert task_results(out, "Apply the plans in one module run") == {launched: "changed"}, out[-5000:]
+        # the pool worker's data marker was found, and its warm request written, as soon as it answered SSH
+        # (in the launch play, from the master); configure_nodes did not look again
+        assert list(task_results(out, "Check the pool workers' data and have their processes warmed").values()) == [
+            "changed"], out[-5000:]
+        assert task_results(out, "Look for the data marker of a worker from the warm pool, and have its process "
+                                 "warmed") == {pooled_ip: "skipping"}, out[-5000:]
         assert set(_workers_count(env, nodes).values()) == {4}            # DL-CFN's count on every node
         # issue 28: the launcher's Prometheus metrics on the master's private address (dt_metrics_port)
         text = job.wait_for("the master's metrics to show the world of 4", lambda: _metrics_when(
