@@ -24,12 +24,22 @@ options:
         type: path
         required: true
       state:
-        description: C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)) or C(absent).
+        description:
+          - C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)), C(block) (with
+            O(files[].content) and O(files[].marker)) or C(absent).
+          - A C(block) entry keeps the rest of the file and puts O(files[].content) between two marker lines, in
+            place of the block there was, or at the end; an empty content removes the block. The file is the one
+            M(ansible.builtin.blockinfile) makes.
         type: str
-        choices: [directory, file, line, absent]
+        choices: [directory, file, line, block, absent]
         default: file
       content:
-        description: The whole content of a C(file). Its directory must exist (list the directory first).
+        description: The whole content of a C(file), or the text of a C(block). Its directory must exist (list the
+          directory first).
+        type: str
+      marker:
+        description: The marker line of a C(block), with C({mark}) for C(BEGIN) and C(END) (as
+          M(ansible.builtin.blockinfile)'s O(ansible.builtin.blockinfile#module:marker)).
         type: str
       line:
         description: The line a C(line) entry makes (without its newline).

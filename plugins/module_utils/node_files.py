@@ -91,6 +91,37 @@ def _line(module, entry):
     return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
 
 
+def with_block(text, block, marker):
+    """``text`` with ``block`` between the marker lines (``marker`` with {mark} as BEGIN and END), in place of
+    the block there was, or appended; no block (empty) removes it. As ansible.builtin.blockinfile makes it, so
+    a node configured either way reads the same file. Pure."""
+    begin, end = marker.replace("{mark}", "BEGIN"), marker.replace("{mark}", "END")
+    lines = text.splitlines()
+    where = len(lines)
+    starts = [i for i, have in enumerate(lines) if have.rstrip("\r") == begin]
+    ends = [i for i, have in enumerate(lines) if have.rstrip("\r") == end]
+    if starts and ends:
+        first, last = sorted((starts[-1], ends[-1]))
+        del lines[first:last + 1]
+        where = first
+    lines[where:where] = [begin] + block.splitlines() + [end] if block else []
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _block(module, entry):
+    path = entry["path"]
+    if not entry.get("marker") or "{mark}" not in entry["marker"]:
+        module.fail_json(msg="%s: state=block needs marker, a line with {mark} (BEGIN and END)." % path)
+    current = ""
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            current = fh.read().decode("utf-8", "surrogateescape")
+    elif not entry.get("content"):
+        return False                    # no file, no block: nothing to remove
+    text = with_block(current, entry.get("content") or "", entry["marker"])
+    return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
+
+
 def _absent(module, entry):
     path = entry["path"]
     if os.path.isdir(path) and not os.path.islink(path):
@@ -102,15 +133,16 @@ def _absent(module, entry):
     return True
 
 
-APPLY = {"directory": _directory, "file": _file, "line": _line, "absent": _absent}
+APPLY = {"directory": _directory, "file": _file, "line": _line, "block": _block, "absent": _absent}
 
 # The argument spec of one entry (node_files' and node_apply's O(files) elements).
 ENTRY_OPTIONS = {
     "path": {"type": "path", "required": True},
-    "state": {"type": "str", "choices": ["directory", "file", "line", "absent"], "default": "file"},
+    "state": {"type": "str", "choices": ["directory", "file", "line", "block", "absent"], "default": "file"},
     "content": {"type": "str"},
     "line": {"type": "str"},
     "match": {"type": "str"},
+    "marker": {"type": "str"},
     "owner": {"type": "str"},
     "group": {"type": "str"},
     "mode": {"type": "raw"},

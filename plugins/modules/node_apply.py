@@ -47,6 +47,15 @@ options:
         description: The mount options.
         type: str
         default: defaults
+      owner:
+        description: The owner of the mounted file system's root (set after the mount); unchanged when not given.
+        type: str
+      group:
+        description: Its group; unchanged when not given.
+        type: str
+      mode:
+        description: Its mode, as M(ansible.builtin.file) takes it; unchanged when not given.
+        type: raw
   fstab:
     description: The fstab file (another path for tests).
     type: path
@@ -104,7 +113,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed_paths:
-  description: The paths of O(files) that were (in check mode, would be) changed.
+  description: The paths of O(files), and the mounted roots of O(mounts) whose owner, group or mode was set, that
+    were (in check mode, would be) changed.
   returned: always
   type: list
   elements: str
@@ -246,6 +256,9 @@ def main():
                 "src": {"type": "str", "required": True},
                 "fstype": {"type": "str", "required": True},
                 "opts": {"type": "str", "default": "defaults"},
+                "owner": {"type": "str"},
+                "group": {"type": "str"},
+                "mode": {"type": "raw"},
             }},
             "fstab": {"type": "path", "default": "/etc/fstab"},
             "services": {"type": "list", "elements": "dict", "default": [], "options": {
@@ -266,6 +279,10 @@ def main():
         prepare = checked.validated_parameters
     changed_paths = apply_files(module, module.params["files"])
     mounted = [m["path"] for m in module.params["mounts"] if _mount(module, m)]
+    # the mounted roots' owner and mode (the shared volume's, set by the node that owns it)
+    changed_paths += apply_files(module, [dict(path=m["path"], state="directory", owner=m["owner"], group=m["group"],
+                                               mode=m["mode"]) for m in module.params["mounts"]
+                                          if any(m[k] is not None for k in ("owner", "group", "mode"))])
     services = _services(module, changed_paths)
     result = {"changed_paths": changed_paths, "mounted": mounted, "services": services}
     if prepare is not None:

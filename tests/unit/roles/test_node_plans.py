@@ -1,7 +1,7 @@
 """The node roles' plans (tasks/plan.yml of node_base, efs, mxnet, launcher, spot_watch, prepare_data; issue 28,
 item 1): on the controller, from the settings and a baked worker's gathered facts, what each role would apply
 and whether that is all it would do. configure_nodes applies them in one module run only when every role is
-ready; a role that is not (a master, a stale venv, another runtime, bad training environment names) sends the
+ready; a role that is not (a stale venv, another runtime, bad training environment names) sends the
 node the roles' own way, where their checks say what is wrong. Run with ansible-playbook against localhost;
 the node's local facts are files in a facts directory (setup's fact_path), a small module says the node runs
 systemd (this machine may not), the controller's wheelhouse holds small stand-in wheels."""
@@ -106,6 +106,7 @@ def plans(tmp_path, controller, fact_node=None, fact_baked=None, **settings):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
     assert SECRET not in output                       # the training environment is never shown
+    assert "not a real key" not in output             # nor the cluster's private key (the master's plan)
     return json.loads(out.read_text())
 
 
@@ -131,8 +132,6 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
 
 
 @pytest.mark.parametrize("change, refused", [
-    # the master opens node-to-node SSH: its client side is ssh_client.yml's
-    ({"settings": {"node_base_install_private_key": True}}, ["node_base"]),
     # the image's venv was installed from another lock than the one the controller pins now
     ({"fact_node": {"locks": {"/opt/dynatrain/mxnet-requirements.lock": ["mxnet==1.9.0 --hash=sha256:00"]}}}, ["mxnet"]),
     # the image holds another runtime wheel than the controller's (configure_nodes passes the marker's)
@@ -155,6 +154,25 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
 def test_a_role_that_cannot_plan_the_node_sends_it_the_roles_way(tmp_path, controller, change, refused):
     result = plans(tmp_path, controller, change.get("fact_node"), change.get("fact_baked"), **change.get("settings", {}))
     assert not_ready(result) == refused
+
+
+def test_the_master_is_planned_with_its_ssh_client_side_and_the_volumes_owner(tmp_path, controller):
+    # the node that opens node-to-node SSH (the launcher's) and sets the shared root's owner: one module run too
+    result = plans(tmp_path, controller, node_base_install_private_key=True, efs_set_owner=True,
+                   node_base_ssh_config_hosts=["10.0.0.*"])
+    assert not_ready(result) == []
+    files = {f["path"]: f for plan in result.values() for f in plan.get("files", [])}
+    ssh = ME.pw_dir + "/.ssh/"
+    key = files[ssh + "dynatrain_cluster"]
+    assert key["content"] == (controller["dir"] / "key").read_text() and key["mode"] == "0600"
+    assert key.get("state", "file") == "file"                                     # installed, not removed
+    assert files[ssh + "dynatrain_cluster.pub"]["content"].startswith("ssh-ed25519 AAAAC3")
+    assert files[ssh + "known_hosts_dynatrain"]["content"] == (controller["dir"] / "known_hosts").read_text()
+    config = files[ssh + "config"]
+    assert config["state"] == "block" and "{mark}" in config["marker"] and config["mode"] == "0600"
+    assert "Host 10.0.0.*" in config["content"] and "StrictHostKeyChecking yes" in config["content"]
+    (mount,) = result["efs"]["mounts"]
+    assert (mount["owner"], mount["group"], mount["mode"]) == (ME.pw_name, ME.pw_name, "0775")
 
 
 def test_an_nfs_client_baked_into_the_image_is_planned(tmp_path, controller):

@@ -139,3 +139,23 @@ def test_file_contents_are_not_logged(node, capsys):
     out = run(capsys, node, files=[{"path": str(f), "content": secret + "\n", "mode": "0600"}])
     assert out["changed_paths"] == [str(f)] and stat.S_IMODE(os.stat(f).st_mode) == 0o600
     assert "s3cr3t-value-123" not in json.dumps(out)
+
+
+def test_the_mounted_root_gets_its_owner_and_mode_after_the_mount(node, capsys, monkeypatch):
+    # the master's shared volume (efs_set_owner): the root of what is mounted, not the mount point before it
+    log, seen, real = node / "calls.log", [], node_apply.apply_files
+
+    def apply_files(module, entries):
+        if any(e["path"] == str(node / "efs") for e in entries):
+            seen.extend(log.read_text().splitlines() if log.exists() else [])       # the calls made by then
+        return real(module, entries)
+
+    monkeypatch.setattr(node_apply, "apply_files", apply_files)
+    out = run(capsys, node, mounts=[dict(volume(node), owner=ME, mode="0775")])
+    assert seen == [f"mount {node}/efs"]                                            # set once it is mounted
+    assert stat.S_IMODE(os.stat(node / "efs").st_mode) == 0o775
+    assert out["changed_paths"] == [str(node / "efs")] and out["mounted"] == [str(node / "efs")]
+    (node / "mounted").write_text(str(node / "efs"))
+    calls(node)
+    again = run(capsys, node, mounts=[dict(volume(node), owner=ME, mode="0775")])
+    assert again["changed"] is False and again["changed_paths"] == [] and calls(node) == []

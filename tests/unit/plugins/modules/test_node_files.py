@@ -103,3 +103,43 @@ def test_a_path_under_a_users_home_is_expanded_on_the_node(tmp_path, capsys, mon
     made = tmp_path / ".ssh" / "known_hosts_dynatrain"
     assert out["changed"] and out["changed_paths"] == [str(made)]
     assert made.read_text() == "127.0.0.2 ssh-ed25519 AAAA\n" and mode(made) == 0o644
+
+
+MARKER = "# {mark} dynatrain.elastic cluster hosts (managed by Ansible)"
+
+
+def blockinfile(capsys, path, block):
+    """The file ansible.builtin.blockinfile makes (as node_base's client side used it: no hosts, state=absent)."""
+    from ansible.modules import blockinfile as module
+    with patch_module_args({"path": str(path), "block": block, "marker": MARKER, "create": True,
+                            "state": "present" if block else "absent"}):
+        with pytest.raises(SystemExit):
+            module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("before", [
+    None,                                                                       # no file yet
+    "Host bastion\n    User admin\n",                                           # the user's own, kept
+    "Host a\n# BEGIN dynatrain.elastic cluster hosts (managed by Ansible)\nHost 10.0.0.9\n"
+    "# END dynatrain.elastic cluster hosts (managed by Ansible)\nHost b\n",      # an old block, in place
+    "no newline at the end",
+])
+@pytest.mark.parametrize("block", ["Host 10.0.0.5 10.0.0.6\n    StrictHostKeyChecking yes", ""])
+def test_a_block_entry_makes_the_file_blockinfile_makes(tmp_path, capsys, before, block):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for path in (ours, theirs):
+        if before is not None:
+            path.write_text(before)
+    blockinfile(capsys, theirs, block)
+    entry = {"path": str(ours), "state": "block", "content": block, "marker": MARKER}
+    out = run(capsys, [entry])
+    after = theirs.read_text() if theirs.exists() else None
+    assert (ours.read_text() if ours.exists() else None) == after
+    assert out["changed"] == (after != before)
+    assert run(capsys, [entry])["changed"] is False                            # a second run changes nothing
+
+
+def test_a_block_entry_needs_its_marker(tmp_path, capsys):
+    out = run(capsys, [{"path": str(tmp_path / "c"), "state": "block", "content": "x", "marker": "# ours"}])
+    assert out["failed"] and "needs marker, a line with {mark}" in out["msg"]
