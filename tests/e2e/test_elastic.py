@@ -191,6 +191,9 @@ def test_elastic_membership_end_to_end(cloud):
         assert changes and not any(changes.values()), "bootstrap again changed something: %s\n%s" % (
             changes, out[-5000:])
         assert _workers_count(env, _nodes(env)) == {base: 2, master: 2}
+        # issue 28: the master and the worker from the baked image are configured by the roles' plans, in one
+        # module run each (the master's SSH client side and the shared root's owner included)
+        assert task_results(out, "Apply the plans in one module run") == {master: "ok", base: "ok"}, out[-5000:]
 
         # bad input changes nothing
         for bad in ("0", "-2", "abc", "99"):
