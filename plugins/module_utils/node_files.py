@@ -62,6 +62,14 @@ def _file(module, entry, data=None):
     return _attributes(module, entry, True)
 
 
+def _text(path):
+    """The file's text as it is (any bytes kept), or "" when there is none: what a line or block entry edits."""
+    if not os.path.isfile(path):
+        return ""
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8", "surrogateescape")
+
+
 def with_line(text, line, match):
     """``text`` with ``line`` in place of the lines ``match`` finds (where the first was), or appended. Pure."""
     lines = text.splitlines()
@@ -83,11 +91,7 @@ def _line(module, entry):
             re.compile(entry["match"])
         except re.error as e:
             module.fail_json(msg="%s: match %r is not a regular expression: %s." % (path, entry["match"], e))
-    current = ""
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            current = fh.read().decode("utf-8", "surrogateescape")
-    text = with_line(current, entry["line"], entry.get("match"))
+    text = with_line(_text(path), entry["line"], entry.get("match"))
     return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
 
 
@@ -112,13 +116,9 @@ def _block(module, entry):
     path = entry["path"]
     if not entry.get("marker") or "{mark}" not in entry["marker"]:
         module.fail_json(msg="%s: state=block needs marker, a line with {mark} (BEGIN and END)." % path)
-    current = ""
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            current = fh.read().decode("utf-8", "surrogateescape")
-    elif not entry.get("content"):
+    if not os.path.isfile(path) and not entry.get("content"):
         return False                    # no file, no block: nothing to remove
-    text = with_block(current, entry.get("content") or "", entry["marker"])
+    text = with_block(_text(path), entry.get("content") or "", entry["marker"])
     return _file(module, entry, to_bytes(text, errors="surrogate_or_strict"))
 
 

@@ -122,3 +122,10 @@ def task_results(out, task):
     chunks = [chunk for chunk in out.split("\nTASK [") if chunk.startswith(task + "]")]
     found = re.findall(r"^(ok|changed|skipping|failed|fatal): \[([^\]]+)\]", chunks[-1] if chunks else "", re.M)
     return {host: state for state, host in found}
+
+
+def resizes(job, reason):
+    """The job's finished resizes for ``reason`` (failure, drain, ...), oldest first. The launcher records a
+    resize's end at the new group's first step, after its status and its log already name the new membership:
+    wait for this, not for them, before reading one."""
+    return [e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == reason]

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, demo, playbook, start_playbook, task_results
+from conftest import ROOT, demo, playbook, resizes, start_playbook, task_results
 
 from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -316,8 +316,7 @@ def test_elastic_membership_end_to_end(cloud):
         job.wait_for("the drained worker's REMOVED", lambda: _log(job)[-1][1:] == ("REMOVED", late[0]), 90)
         drain_s = time.monotonic() - noticed
         # (REMOVED is logged at the new group's first step, just before the resize's end is recorded)
-        drained = job.wait_for("the drain's resize to end", lambda: [
-            e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == "drain"], 30)
+        drained = job.wait_for("the drain's resize to end", lambda: resizes(job, "drain"), 30)
         print("spot notice -> REMOVED: %.1f s, recomputed steps: %s" % (drain_s, drained[-1]["recomputed_steps"]),
               flush=True)
         assert drained and drained[-1]["recomputed_steps"] == 0

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, demo, playbook, task_results
+from conftest import ROOT, demo, playbook, resizes, task_results
 
 from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -76,11 +76,6 @@ def _log(job):
     parsed = [LOG_LINE.match(line) for line in lines]
     assert all(parsed), lines
     return [(int(m.group(1)), m.group(2), m.group(3)) for m in parsed]
-
-
-def _resizes(job, reason):
-    """The job's finished resizes for ``reason`` (failure, drain, ...), oldest first."""
-    return [e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == reason]
 
 
 def _run_ok(env, name, extra):
@@ -157,9 +152,9 @@ def test_torch_engine_end_to_end(cloud):
         job.wait_for("the launcher to log FAILED", lambda: _log(job)[-1][1:] == ("FAILED", victim), 120)
         # (the status names the new generation's world and resume step before its first step: wait for the
         # resize's end, which the launcher records at that first step)
-        job.wait_for("the job to go on without it", lambda: _resizes(job, "failure")
+        job.wait_for("the job to go on without it", lambda: resizes(job, "failure")
                      and job.status().get("world_size") == 2 and job.status().get("step", 0) > step_before, 120)
-        lost = _resizes(job, "failure")
+        lost = resizes(job, "failure")
         print("worker killed -> training again: %.2f s, recovered from the %s, %s step(s) recomputed"
               % (lost[-1]["total_s"], lost[-1]["recovered_from"], lost[-1]["recomputed_steps"]), flush=True)
         assert lost[-1]["recovered_from"] == "survivor", (lost[-1], [e for e in job.events() if e.get("event") in (
@@ -169,8 +164,8 @@ def test_torch_engine_end_to_end(cloud):
         subprocess.run([sys.executable, "-m", "localcloud", "interrupt", nodes[drained]["id"]],
                        cwd=ROOT, env=env, check=True, timeout=60)
         job.wait_for("the drained worker's REMOVED", lambda: _log(job)[-1][1:] == ("REMOVED", drained), 120)
-        job.wait_for("the drain's resize to end", lambda: _resizes(job, "drain"), 120)
-        drain = _resizes(job, "drain")
+        job.wait_for("the drain's resize to end", lambda: resizes(job, "drain"), 120)
+        drain = resizes(job, "drain")
         assert drain and drain[-1]["recomputed_steps"] == 0, drain[-1:]
         assert job.hosts() == [master]
 
