@@ -18,6 +18,7 @@ export DT_NODE_PYTHON ?= $(NODE_VENV)/bin/python
 
 help:
 	@echo "make demo   - install everything, start the local cloud, bootstrap, train, resize, summarise"
+	@echo "              (make demo ENGINE=torch: the same on the PyTorch engine)"
 	@echo "make test   - lint, unit and end-to-end tests (what CI runs)"
 	@echo "make setup | lint | demo-down | clean"
 
@@ -84,8 +85,11 @@ $(NODE_VENV)/.stamp: requirements-node.txt requirements-node-torch.txt $(STATE)/
 	$(NODE_VENV)/bin/python -m pip install -q --no-deps --force-reinstall $(WHEELHOUSE)/dynatrain_runtime-*.whl
 	touch $@
 
+# make demo ENGINE=torch: the same demo on the PyTorch engine (a cluster of its own, dtdemo-torch); its node
+# wheels are built on demand by the playbooks' preflight (seconds: make setup has PyTorch's CPU wheel).
+ENGINE ?= mxnet
 demo: setup
-	$(PY) scripts/demo.py
+	$(PY) scripts/demo.py --engine $(ENGINE)
 
 demo-down:
 	-$(LC) down

@@ -143,7 +143,9 @@ def cmd_wheelhouse(args):
     only a torch cluster (dt_engine=torch) needs them.
     """
     python = getattr(args, "python", None) or "3.11"
-    dest = config.wheelhouse_dir()
+    # --dest: the wheelhouse a playbook's preflight found lacking (dt_wheelhouse_controller_dir), when it
+    # is not this checkout's
+    dest = os.path.abspath(getattr(args, "dest", None) or config.wheelhouse_dir())
     for reqs, platforms, extra in _requirement_sets(args):
         rc = _download(reqs, platforms, extra, python, dest)
         if rc != 0:
@@ -408,6 +410,8 @@ def main(argv=None):
     w.add_argument("--torch-index-url", default=os.environ.get("DT_TORCH_INDEX_URL", ""),
                    help="an index with PyTorch's CPU build (https://download.pytorch.org/whl/cpu) where pip's "
                         "configuration has none [$DT_TORCH_INDEX_URL]")
+    w.add_argument("--dest", default="",
+                   help="the wheelhouse to fill [the local cloud's: %s]" % os.path.join("$DT_LOCALCLOUD_HOME", "wheelhouse"))
     w.set_defaults(func=cmd_wheelhouse)
     sub.add_parser("up", help="start the cloud in the background").set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop the cloud, remove every node (idempotent)").set_defaults(func=cmd_down)

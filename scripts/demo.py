@@ -2,10 +2,16 @@
 """`make demo`: the product end to end on the embedded local cloud.
 
 Starts the local cloud, bootstraps a master + base workers with the real
-playbooks, trains the digits example with MXNet's parameter server across the
-nodes, (with --elastic) adds and removes workers while it trains, and prints
-what happened: nodes, epochs, accuracy, membership log, wall time per phase.
-The cluster is left up; `make demo-down` removes it.
+playbooks, trains the digits example across the nodes (MXNet's parameter
+server, or PyTorch with --engine torch: `make demo ENGINE=torch`), (with
+--elastic) adds and removes workers while it trains, and prints what happened:
+nodes, epochs, accuracy, membership log, samples/s per stretch of one world
+size, wall time per phase. The cluster is left up; `make demo-down` removes it.
+
+Elasticity shows as a level, not a blink: the add starts once the first world
+has trained --hold-epochs epochs (counted as the samples/s table counts them),
+and the removal once the grown world has trained as many, so the table reads
+world 2 -> 3 -> 2 with each row resting on at least --hold-epochs epochs.
 
 While a playbook runs, its progress shows as compact task lines (the
 collection's `dynatrain.elastic.progress` stdout callback; the full output goes
@@ -36,6 +42,22 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume im
 
 class DemoError(RuntimeError):
     pass
+
+
+ENGINES = ("mxnet", "torch")
+# The torch demo's cluster and subnet: beside the MXNet demo's (dtdemo, 127.77.1.0/24), never on it (a
+# cluster keeps its engine) and apart from the e2e tests' networks (127.79-127.83, 127.120).
+TORCH_DEMO = ("dtdemo-torch", "127.78.1.0/24")
+
+
+def resolve_target(args):
+    """The cluster and subnet the demo acts on: --cluster/--subnet, else $DT_DEMO_CLUSTER, else the
+    inventory's cluster for MXNet and TORCH_DEMO's for torch."""
+    default_cluster, default_subnet = TORCH_DEMO if args.engine == "torch" else (_local_cluster_name(), "")
+    args.cluster = args.cluster or os.environ.get("DT_DEMO_CLUSTER") or default_cluster
+    if not args.subnet and args.cluster == default_cluster:
+        args.subnet = default_subnet
+    return args
 
 
 def _local_cluster_name():
@@ -157,6 +179,9 @@ class Demo:
 
     def extra_vars(self):
         ev = {"dt_cluster_name": self.args.cluster}
+        if getattr(self.args, "engine", "mxnet") != "mxnet":
+            # the cluster's engine; add_workers/remove_workers would take it from the job anyway
+            ev["dt_engine"] = self.args.engine
         if self.args.subnet:
             ev["dt_subnet_cidr"] = self.args.subnet
             ev["dt_vpc_cidr"] = self.args.subnet.rsplit(".", 2)[0] + ".0.0/16"
@@ -291,10 +316,13 @@ class Demo:
                        self.playbook, "train", {"train_fresh": True})
         self.follow_job()
         if self.args.elastic:
-            self.phase("wait for training to run", self.wait_for, "the first epoch",
-                       lambda: self.status().get("epoch", 0) >= 1 or self.final(), 300)
+            hold = self.args.hold_epochs
+            world = self.phase("train %d epochs at the first world size" % hold, self.hold, hold, 600)
             self.phase("add %d worker(s) while training (playbooks/add_workers.yml)" % self.args.add,
                        self.playbook, "add_workers", {"count": self.args.add})
+            if world:
+                self.phase("train %d epochs at world %d" % (hold, world + self.args.add),
+                           self.hold, hold, 300, world + self.args.add)
             self.phase("remove 1 worker while training (playbooks/remove_workers.yml)",
                        self.playbook, "remove_workers", {"count": 1})
         result = self.phase("train to the end", self.train_to_end)
@@ -311,9 +339,23 @@ class Demo:
             "total_s": round(time.monotonic() - t_start, 1),
             "efs_dir": self.efs_dir(),
             "timeline": self.plot_timeline(),
-            "throughput": throughput_by_world(self.events()),
+            "throughput": world_segments(self.events()),
+            "hold_epochs": self.args.hold_epochs if self.args.elastic else 0,
+            "engine": self.args.engine,
         }
         return summary
+
+    def hold(self, epochs, timeout, world=None):
+        """Wait until the job has trained ``epochs`` counted epochs at its current world size (``world``
+        when given: the add's epochs at the old size do not count); that world size, or 0 when the job
+        ended first."""
+        def reached():
+            now, counted = current_stretch(self.events())
+            if now and (world is None or now == world) and counted >= epochs:
+                return now
+            return -1 if self.final() else None   # -1: the job ended first (truthy, so the wait ends)
+
+        return max(self.wait_for("%d epochs at world %s" % (epochs, world or "as it is"), reached, timeout), 0)
 
     def plot_timeline(self):
         """The run's timeline as a PNG (the same picture as `status.yml -e plot=true`); its path, or
@@ -330,24 +372,82 @@ class Demo:
 
 
 def throughput_by_world(events):
-    """``[[world, mean samples/s, epochs], ...]`` from the ``epoch`` events: what a resize did to throughput.
-    The first epoch of each generation is left out: its rate still counts steps of the world before."""
-    by_world, seen = {}, set()
+    """``[[world, mean samples/s, epochs], ...]`` from the ``epoch`` events, one row per world size (the
+    stretches of ``world_segments`` at that size pooled): what a resize did to throughput."""
+    by_world = {}
+    for world, rates in _stretches(events):
+        by_world.setdefault(world, []).extend(rates)
+    return [[w, round(sum(v) / len(v), 1), len(v)] for w, v in sorted(by_world.items()) if v]
+
+
+def world_segments(events):
+    """``[[world, mean samples/s or None, epochs], ...]`` in time order, one row per stretch of epochs at one
+    world size (world 2 -> 3 -> 2 after an add and a removal): the demo's samples/s table."""
+    return [[w, round(sum(v) / len(v), 1) if v else None, len(v)] for w, v in _stretches(events)]
+
+
+def current_stretch(events):
+    """``(world, counted epochs)`` of the last stretch (``(None, 0)`` before the first epoch): how long
+    the job has trained at the world size it has now."""
+    stretches = _stretches(events)
+    return (stretches[-1][0], len(stretches[-1][1])) if stretches else (None, 0)
+
+
+def _stretches(events):
+    """``[(world, [samples/s of each counted epoch]), ...]`` in time order. An epoch whose world differs
+    from the epoch before starts a stretch; the first epoch of a stretch, and of each generation (a restart
+    at the same size), is not counted: it still ran partly in the group before (the job's very first epoch:
+    its start-up). A counted epoch's rate is its own: the epoch's samples over the time since the epoch
+    before it (the launcher's samples_per_s is a moving window of steps, which would carry the size before
+    into the next epochs too); events without those fields give samples_per_s."""
+    out, last = [], None
     for e in events:
-        if e.get("event") != "epoch" or not e.get("world") or not e.get("samples_per_s"):
+        if e.get("event") != "epoch" or not e.get("world"):
             continue
-        if e.get("generation") not in seen:
-            seen.add(e.get("generation"))
-            continue
-        by_world.setdefault(int(e["world"]), []).append(float(e["samples_per_s"]))
-    return [[w, round(sum(v) / len(v), 1), len(v)] for w, v in sorted(by_world.items())]
+        world = int(e["world"])
+        if last is None or world != int(last["world"]):
+            out.append((world, []))
+        elif e.get("generation") == last.get("generation"):
+            rate = _epoch_rate(e, last)
+            if rate:
+                out[-1][1].append(rate)
+        last = e
+    return out
+
+
+def _epoch_rate(event, before):
+    """samples/s of the epoch ``event`` ended, ``before`` being the epoch event before it."""
+    try:
+        elapsed = float(event["time"]) - float(before["time"])
+        if elapsed > 0 and float(event["samples"]) > 0:
+            return float(event["samples"]) / elapsed
+    except (KeyError, TypeError, ValueError):
+        pass
+    return float(event.get("samples_per_s") or 0.0)
+
+
+def throughput_lines(segments, hold=0):
+    """The summary's samples/s table: one line per stretch of one world size, in time order, and a warning
+    for a stretch shorter than ``hold`` epochs (its figure rests on too little to show a level)."""
+    if not segments:
+        return []
+    lines = ["  samples/s per world size, in time order (%s; simulated compute per sample on this machine's cores):"
+             % " -> ".join(str(w) for w, _rate, _n in segments)]
+    for world, rate, epochs in segments:
+        rate_text = "%8.1f samples/s" % rate if rate is not None else "%8s samples/s" % "-"
+        lines.append("    world %d: %s  (%d epoch%s)" % (world, rate_text, epochs, "" if epochs == 1 else "s"))
+    short = [w for w, _rate, n in segments if n < hold]
+    if short:
+        lines.append("    (world %s ran fewer than %d epochs: its figure is not yet a level; more --train-args "
+                     "epochs or --hold-epochs)" % (", ".join(str(w) for w in short), hold))
+    return lines
 
 
 def print_summary(s):
     f = s["final"] or {}
     print()
     print("=" * 72)
-    print("dynatrain.elastic demo — cluster %s" % s["cluster"])
+    print("dynatrain.elastic demo — cluster %s (engine %s)" % (s["cluster"], s.get("engine", "mxnet")))
     print("  nodes:")
     for n in s["nodes"]:
         print("    %-8s %-20s %-15s %s" % (n["role"], n["id"], n["ip"], n["status"]))
@@ -364,15 +464,12 @@ def print_summary(s):
         print("    %7.1f s  %s" % (secs, name))
     print("    %7.1f s  total" % s["total_s"])
     print("  shared volume on this machine: %s" % s["efs_dir"])
-    if s.get("throughput"):
-        print("  samples/s by world size (simulated compute per sample on this machine's 2 cores):")
-        for world, rate, epochs in s["throughput"]:
-            print("    world %d: %8.1f samples/s  (%d epoch%s)" % (world, rate, epochs, "" if epochs == 1 else "s"))
+    for line in throughput_lines(s.get("throughput") or [], s.get("hold_epochs", 0)):
+        print(line)
     print("  timeline (world size, samples/s, accuracy; resizes marked): %s" % s["timeline"])
     print()
     cluster = "" if s["cluster"] == _local_cluster_name() else " -e dt_cluster_name=%s" % s["cluster"]
-    print("The cluster is still up. At the repository root, try:")
-    print("  source .venv/bin/activate")
+    print("The cluster is still up. At the repository root (make setup put ansible-playbook on the PATH), try:")
     print("  ansible-playbook status.yml%s" % cluster)
     print("  ansible-playbook add_workers.yml -e count=2%s    # the job has finished: they join the next run" % cluster)
     print("  ansible-playbook train.yml -e train_fresh=true%s    # a new job on the cluster as it is now" % cluster)
@@ -382,9 +479,16 @@ def print_summary(s):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cluster", default=os.environ.get("DT_DEMO_CLUSTER") or _local_cluster_name())
+    p.add_argument("--engine", default="mxnet", choices=ENGINES,
+                   help="the cluster's dt_engine (make demo ENGINE=torch) [%%(default)s]; torch runs on a cluster of its own "
+                        "(%s, subnet %s) so the MXNet demo's cluster stays as it is" % TORCH_DEMO)
+    p.add_argument("--cluster", default="", help="the cluster [$DT_DEMO_CLUSTER, else the inventory's "
+                                                 "dt_cluster_name; for torch %s]" % TORCH_DEMO[0])
     p.add_argument("--workers", type=int, default=1, help="base workers besides the master")
-    p.add_argument("--subnet", default="", help="subnet CIDR (default: the inventory's)")
+    p.add_argument("--subnet", default="", help="subnet CIDR (default: the inventory's; for torch %s)" % TORCH_DEMO[1])
+    p.add_argument("--hold-epochs", type=int, default=5,
+                   help="epochs each world size trains before the next change (the add, then the removal), "
+                        "as the samples/s table counts them [%(default)s]")
     p.add_argument("--elastic", action=argparse.BooleanOptionalAction, default=True,
                    help="add and remove workers while training")
     p.add_argument("--add", type=int, default=1, help="workers to add while training")
@@ -396,6 +500,7 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="print the summary as JSON only")
     args = p.parse_args(argv)
     args.train_args = shlex.split(args.train_args)
+    resolve_target(args)
     try:
         summary = Demo(args).run()
     except (DemoError, subprocess.CalledProcessError) as exc:

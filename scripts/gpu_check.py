@@ -38,7 +38,7 @@ def gpu_state(engine="mxnet"):
         import mxnet as mx
     except ImportError as exc:
         return 0, f"MXNet is not importable with {sys.executable} ({exc}); run it with the node venv's Python"
-    from dynatrain_runtime.script import devices
+    from dynatrain_runtime.engines import devices
     cuda = mx.runtime.Features().is_enabled("CUDA")
     n = devices.num_gpus(mx)
     if not cuda:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Baseline: the same Gluon net on digits as a plain MXNet dist_sync job (no elastic helper).
 
-The net is the example's (``dynatrain_runtime.examples.train_digits.build_net``, ``--model``).
+The net is the example's (``dynatrain_runtime.examples.mxnet_digits.build_net``, ``--model``).
 
 Started with the usual DMLC_* environment, one process per role.  Rank 0 prints one
 JSON line: {"samples_per_s": ..., "steps": ..., "seconds": ...}.
@@ -15,7 +15,8 @@ import mxnet as mx
 from mxnet import autograd, gluon, nd
 
 from dynatrain_runtime.script.elastic import init_trainer_kvstore
-from dynatrain_runtime.examples.train_digits import MODELS, build_net, forward_eval
+from dynatrain_runtime.examples.digits_common import MODELS
+from dynatrain_runtime.examples.mxnet_digits import build_net, forward_eval
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)

@@ -26,16 +26,21 @@ options:
       state:
         description:
           - C(directory), C(file) (with O(files[].content)), C(line) (with O(files[].line)), C(block) (with
-            O(files[].content) and O(files[].marker)) or C(absent).
+            O(files[].content) and O(files[].marker)), C(known_hosts) (with O(files[].content)) or C(absent).
+          - "A C(known_hosts) entry merges the known_hosts lines of O(files[].content) into the file under an
+            exclusive lock on the sidecar C(<path>.lock) (the one the controller's M(dynatrain.elastic.known_hosts_pins)
+            takes): each line replaces the lines that name any of its hosts, every other line stays. Two writers at
+            once (two adds) keep each other's hosts; the file is never replaced whole."
           - A C(block) entry keeps the rest of the file and puts O(files[].content) between two marker lines, in
             place of the block there was, or at the end; an empty content removes the block. The file is the one
             M(ansible.builtin.blockinfile) makes.
         type: str
-        choices: [directory, file, line, block, absent]
+        choices: [directory, file, line, block, known_hosts, absent]
         default: file
       content:
-        description: The whole content of a C(file), or the text of a C(block). Its directory must exist (list the
-          directory first).
+        description: The whole content of a C(file), the text of a C(block), or the lines of a C(known_hosts) entry.
+          Its directory must exist (list the directory first). A new file is created with its final owner, group and
+          mode before its content is written (never readable under a wider mode in between).
         type: str
       marker:
         description: The marker line of a C(block), with C({mark}) for C(BEGIN) and C(END) (as

@@ -41,6 +41,14 @@ def _names_typed():
         return ()
 
 
+def settings_typed(names):
+    """Which of ``names`` this run's -e options set (a setting typed, not an inventory default): preflight
+    checks the wheels of a typed dt_engine at once, and defers an untyped one that a run may take from the
+    cluster's job (playbooks/tasks/engine_wheels.yml)."""
+    typed = set(_names_typed())
+    return [name for name in ([names] if isinstance(names, str) else list(names or [])) if name in typed]
+
+
 def check_settings(settings, engine_from_cluster=False):
     """settings_problems() of the settings given and of this run's -e options."""
     return settings_problems(settings, _extra_vars_typed(), _names_typed(), bool(engine_from_cluster))
@@ -53,5 +61,6 @@ class FilterModule:
         return {
             "admin_cidr_problem": admin_cidr_problem,
             "settings_problems": check_settings,
+            "settings_typed": settings_typed,
             "train_script_args": train_script_args,
         }

@@ -37,9 +37,9 @@ import ipaddress
 import json
 import os
 import queue
+import secrets
 import stat
 import sys
-import tempfile
 import threading
 import time
 
@@ -50,6 +50,85 @@ NEW_FILE_MODE = 0o644
 
 class HostWorkerError(ValueError):
     """A malformed file or an invalid request; the message says what to fix."""
+
+
+# ------------------------------------------------------------------ no link on the volume is followed
+# Every node mounts the volume read-write, so any of its paths may be a link a compromised worker
+# planted (``events.jsonl`` -> the master's ``~/.ssh/rc``).  Below a job's root (``JobFiles``
+# registers it: the mount point itself is the admin's) each directory is opened with O_NOFOLLOW,
+# and each file relative to its directory's descriptor with O_NOFOLLOW, and used only when it is a
+# regular file: a link, a FIFO (an open would block) or a device is refused as an OSError.
+_ROOTS = set()          # the volume roots of the JobFiles made in this process
+MAX_JSON_BYTES = 1 << 20   # a request or state file larger than this is not one of ours
+
+
+class NotRegularFile(OSError):
+    """A path on the volume that is not a regular file (a link, a FIFO, a device, a directory)."""
+
+
+def _nofollow_flags():
+    return os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_dir(directory):
+    """A descriptor of ``directory``; below a registered root no component of it may be a link."""
+    directory = os.path.abspath(directory)
+    roots = [r for r in _ROOTS if directory == r or directory.startswith(r + os.sep)]
+    if not roots:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    root = max(roots, key=len)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [p for p in os.path.relpath(directory, root).split(os.sep) if p not in ("", ".")]:
+            if part == "..":
+                raise NotRegularFile(errno.EINVAL, "'..' in a path on the volume", directory)
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _nofollow_flags(), dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_nofollow(path, flags=os.O_RDONLY, mode=0o644):
+    """An fd of the regular file ``path`` opened without following a link (see ``_open_dir``)."""
+    dfd = _open_dir(os.path.dirname(os.path.abspath(path)))
+    try:
+        fd = os.open(os.path.basename(path), flags | _nofollow_flags(), mode, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path, limit=None):
+    """The bytes of the regular file ``path`` (no link followed); ``limit``: NotRegularFile when larger."""
+    with os.fdopen(open_nofollow(path), "rb") as handle:
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise NotRegularFile(errno.EFBIG, f"larger than {limit} bytes", path)
+    return data
+
+
+def read_text(path):
+    """``read_bytes`` as text; bytes that are not UTF-8 become U+FFFD (a parser then says what is wrong)."""
+    return read_bytes(path).decode("utf-8", "replace")
+
+
+def clean_text(value, limit=200):
+    """A field from a file on the volume made safe to log: a string, printable, at most ``limit`` chars."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else repr(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text[:limit * 4])
+    return text[:limit]
 
 
 def validate_ip(value):
@@ -154,8 +233,7 @@ def render_hosts(hosts, master=None):
 def read_hosts(path):
     """Read and parse host_worker; a missing file is an empty membership."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_hosts(handle.read(), source=path)
+        return parse_hosts(read_text(path), source=path)
     except FileNotFoundError:
         return []
 
@@ -179,7 +257,7 @@ def _try_flock(fd):
 def locked(path, timeout=30.0):
     """Hold the exclusive sidecar lock (``<path>.lock``) of host_worker."""
     lock_file = lock_path_for(path)
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_nofollow(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout     # an interval: a wall-clock step must not shorten it
     try:
         while not _try_flock(fd):
@@ -203,18 +281,21 @@ def _as_bytes(content):
     raise TypeError(f"atomic_write takes str or bytes content, not {type(content).__name__}")
 
 
-def _existing_mode_owner(path):
-    """``(mode, (uid, gid))`` of an existing file, ``(NEW_FILE_MODE, None)`` for a new one."""
+def _existing_mode_owner(name, dfd=None):
+    """``(mode, (uid, gid))`` of an existing regular file, ``(NEW_FILE_MODE, None)`` for a new one (or a link);
+    ``name`` relative to the directory ``dfd`` when given."""
     try:
-        st = os.stat(path)
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
+        return NEW_FILE_MODE, None
+    if not stat.S_ISREG(st.st_mode):
         return NEW_FILE_MODE, None
     return stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
 
 
-def _chown_if_permitted(path, owner):
+def _chown_if_permitted(fd, owner):
     try:
-        os.chown(path, *owner)
+        os.fchown(fd, *owner)
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.EINVAL):
             raise
@@ -243,28 +324,41 @@ def atomic_write(path, content, mode=None):
     """
     data = _as_bytes(content)
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
+    name = os.path.basename(path)
+    try:
+        dfd = _open_dir(directory)
+    except (FileNotFoundError, NotADirectoryError):
         raise HostWorkerError(
             f"directory {directory} does not exist: mount the shared volume (EFS_MOUNT) or create it first"
-        )
+        ) from None
+    try:
+        _write_renamed(dfd, name, data, mode)
+    finally:
+        os.close(dfd)
+
+
+def _write_renamed(dfd, name, data, mode):
+    """``atomic_write`` in the directory ``dfd``: a new temp file (O_EXCL, never a planted link), renamed."""
     owner = None
     if mode is None:
-        mode, owner = _existing_mode_owner(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+        mode, owner = _existing_mode_owner(name, dfd)
+    tmp = f".{name}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)        # the final mode from the start, whatever the umask
+            if owner is not None:
+                _chown_if_permitted(handle.fileno(), owner)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if owner is not None:
-            _chown_if_permitted(tmp, owner)
-        os.chmod(tmp, mode)
-        os.rename(tmp, path)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
         raise
-    fsync_directory(directory)
+    with contextlib.suppress(OSError):
+        os.fsync(dfd)       # some filesystems cannot fsync a directory; the rename itself is atomic
 
 
 def write_hosts(path, hosts, master=None):
@@ -298,10 +392,10 @@ def read_log(log_path):
     Strict: any line that does not parse raises HostWorkerError (``scan_log`` reads leniently).
     """
     try:
-        with open(log_path, encoding="utf-8") as handle:
-            return [parse_log_line(raw.strip()) for raw in handle if raw.strip()]
+        text = read_text(log_path)
     except FileNotFoundError:
         return []
+    return [parse_log_line(raw.strip()) for raw in text.splitlines() if raw.strip()]
 
 
 def format_log_line(seq, event, ip, ns):
@@ -325,8 +419,7 @@ def scan_log(log_path):
     A missing file gives ``([], [], "")``.
     """
     try:
-        with open(log_path, "rb") as handle:
-            data = handle.read()
+        data = read_bytes(log_path)
     except FileNotFoundError:
         return [], [], ""
     complete, torn = _split_log(data)
@@ -344,7 +437,8 @@ def append_log(log_path, event, ip, ns=None, warn=None, timeout=30.0):
     ``timeout``: seconds to wait for the lock (HostWorkerError after that).
     """
     with locked(log_path, timeout=timeout):
-        with open(log_path, "a+b") as handle:     # O_APPEND: every write lands at the end
+        fd = open_nofollow(log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, NEW_FILE_MODE)
+        with os.fdopen(fd, "a+b") as handle:     # O_APPEND: every write lands at the end
             handle.seek(0)
             complete, torn = _split_log(handle.read())
             entries, bad = _parse_log_lines(complete.decode("utf-8", "replace").split("\n"))
@@ -364,7 +458,7 @@ def append_log(log_path, event, ip, ns=None, warn=None, timeout=30.0):
 
 def _read_from(log_path, offset):
     """The bytes of the log from ``offset`` (from 0 if it shrank below it) and that start offset."""
-    with open(log_path, "rb") as handle:
+    with os.fdopen(open_nofollow(log_path), "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
         if size < offset:
             offset = 0
@@ -447,6 +541,7 @@ class JobFiles:
 
     def __init__(self, efs_mount, checkpoint_dir=None):
         self.efs = os.path.abspath(efs_mount)
+        _ROOTS.add(self.efs)            # below it nothing is followed (see _open_dir)
         self.host_worker = os.path.join(self.efs, HOST_WORKER_FILE)
         self.log = default_log_path(self.host_worker)
         self.events = os.path.join(self.efs, EVENTS_FILE)
@@ -468,10 +563,10 @@ def write_json(path, obj, indent=None):
 
 
 def read_json(path, default=None):
+    """The JSON value in ``path``, or ``default``: missing, a link, too large, not JSON, nested too deep."""
     try:
-        with open(path) as handle:
-            return json.loads(handle.read() or "null")
-    except (OSError, ValueError):
+        return json.loads(read_bytes(path, limit=MAX_JSON_BYTES) or b"null")
+    except (OSError, ValueError, RecursionError):
         return default
 
 
@@ -479,7 +574,8 @@ def append_jsonl(path, record):
     """Append one JSON line under the exclusive lock ``<path>.lock`` (safe across NFS clients)."""
     line = json.dumps(record, sort_keys=True) + "\n"
     with locked(path):
-        with open(path, "a") as handle:
+        with os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, NEW_FILE_MODE), "w",
+                       encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
@@ -506,8 +602,7 @@ def parse_status(text, source=STATUS_FILE):
 def read_status(path):
     """Read and parse status.json; a missing file is an empty status ({})."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_status(handle.read(), source=path)
+        return parse_status(read_text(path), source=path)
     except FileNotFoundError:
         return {}
 
@@ -543,8 +638,7 @@ def parse_events(text):
 def read_events(path):
     """Read ``events.jsonl``; a missing file is no records (no job has started)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return parse_events(handle.read())
+        return parse_events(read_text(path))
     except FileNotFoundError:
         return [], []
 
@@ -627,10 +721,17 @@ class BackgroundAppender:
 
 # ------------------------------------------------------------------ requests to the launcher
 def _unlink_quietly(path):
+    """Remove ``path`` (a link itself, never its target; a linked parent directory is refused)."""
     try:
-        os.unlink(path)
+        dfd = _open_dir(os.path.dirname(os.path.abspath(path)))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.unlink(os.path.basename(path), dir_fd=dfd)
     except FileNotFoundError:
         pass
+    finally:
+        os.close(dfd)
 
 
 def write_stop_request(files, generation, reason, at="step"):
@@ -646,18 +747,34 @@ def read_stop_request(files):
     return read_json(files.stop_request)
 
 
+MAX_REQUESTS = 256      # request files read per directory and pass: more are not one cluster's nodes
+
+
 def _read_requests(directory):
-    """``{ip: request}`` of ``<directory>/<ip>.json`` (unreadable or misnamed ones are skipped)."""
+    """``{ip: request}`` of ``<directory>/<ip>.json``: any file there may be hostile, so one that is not
+    a JSON object naming the canonical IPv4 address of its file name (or a link, or too large) is skipped;
+    at most MAX_REQUESTS, in name order."""
     try:
-        names = os.listdir(directory)
+        dfd = _open_dir(directory)
     except OSError:
         return {}
+    try:
+        names = sorted(n for n in os.listdir(dfd) if n.endswith(".json") and not n.startswith("."))
+    except OSError:
+        return {}
+    finally:
+        os.close(dfd)
     out = {}
-    for name in names:
-        if name.endswith(".json") and not name.startswith("."):
-            req = read_json(os.path.join(directory, name))
-            if isinstance(req, dict) and req.get("ip") == name[:-len(".json")]:
-                out[req["ip"]] = req
+    for name in names[:MAX_REQUESTS]:
+        ip = name[:-len(".json")]
+        try:
+            if validate_ip(ip) != ip:
+                continue
+        except HostWorkerError:
+            continue
+        req = read_json(os.path.join(directory, name))
+        if isinstance(req, dict) and req.get("ip") == ip:
+            out[ip] = req
     return out
 
 

@@ -11,16 +11,22 @@ module: ec2_pool_take
 short_description: Take stopped workers from a warm pool (claim, start, wait until they run) in one module run
 version_added: "0.1.0"
 description:
-  - Claims the stopped instances O(instances) with one C(CreateTags) (this take's O(token) under O(token_tag),
-    with O(tags) and the O(stamp) time), finds the ones this take holds (stopped, still its token; the last claim
-    wins, so two takes at once never start the same instance), starts them with one C(StartInstances) and looks
-    at them every O(poll) seconds until they run.
+  - "Takes stopped workers from a warm pool as atomically as EC2 allows (EC2 has no compare-and-set on a tag; the
+    last writer of a tag wins): 1. a fresh look keeps the picks that are still the pool's (stopped, carrying
+    O(pool_tags)); 2. the claim: one C(CreateTags) of this take's O(token) under O(token_tag), with O(tags) and the
+    O(stamp) time; 3. a fresh look confirms the claim: only the picks that still carry this take's token and are
+    still stopped are held (a pick whose token is another take's was claimed last by that take: this one backs off,
+    RV(lost), and its caller launches instead); 4. one C(StartInstances) of the held picks, which is the commit:
+    only the instances whose previous state was C(stopped) are this take's (EC2 starts an instance once; a take
+    whose start finds it C(pending) or C(running) was second, and backs off); each started instance gets this
+    take's token back if a later claim overwrote it; 5. looks every O(poll) seconds until they run."
+  - "A start that fails (C(StartInstances) refused for a pick, e.g. no capacity; or an instance found C(stopped)
+    again O(stopped_polls) looks in a row after its start) returns the pick to the pool (RV(returned)): the tags
+    the claim wrote get back their values from before it, unless another take's token is on it by then. Nothing is
+    left C(ADD_QUEUED) for the reconcile playbook to terminate. One that does not run within O(wait_timeout) seconds
+    keeps its claim (RV(not_started)); reconcile ends it after its queued timeout."
   - What the cluster role's pool take did in four AWS module runs (each one about a second of the controller's
-    time on its own); issue 28.
-  - An instance that is C(stopped) again after its start was asked for O(stopped_polls) looks in a row (a start
-    that failed) is not waited for. It is returned in RV(not_started) and keeps its claim (C(ADD_QUEUED) with the
-    token), which the reconcile playbook ends after its queued timeout. One that does not run within
-    O(wait_timeout) seconds is returned the same way.
+    time on its own); issues 28 and 40.
 author:
   - dynatrain maintainers (@dynatrain)
 options:
@@ -43,6 +49,21 @@ options:
     default: {}
   stamp:
     description: A tag key set to the claim's time (epoch seconds, UTC).
+    type: str
+  pool_tags:
+    description:
+      - The tags a pick must still carry to be taken (the pool's group tag), looked at right before the claim. A
+        pick without them was taken by another add since the caller looked (RV(lost)).
+    type: dict
+    default: {}
+  runtime_tag:
+    description: The tag key of the node runtime a pool worker was configured with (set when it was parked).
+    type: str
+  runtime:
+    description:
+      - The node runtime the cluster's launcher runs (the runtime wheel's file name). With O(runtime_tag), a pick
+        whose runtime tag is another (or missing) is refused before it is claimed (RV(stale)); a worker of an older
+        runtime never joins, the caller terminates it and launches in its place.
     type: str
   wait_timeout:
     description: Seconds to wait for the started instances to run.
@@ -81,6 +102,8 @@ EXAMPLES = r"""
       "dynatrain:group": elastic
       elastic_worker_status: ADD_QUEUED
     stamp: "dynatrain:status-time"
+    pool_tags:
+      "dynatrain:group": pool
   register: taken
 """
 
@@ -91,10 +114,23 @@ instances:
   type: list
   elements: dict
 not_started:
-  description: Instances this take holds that did not come to run (a start that failed, or the timeout).
+  description: Instances this take holds that did not come to run within O(wait_timeout) (their claim stays).
   returned: success
   type: list
   elements: str
+lost:
+  description: Picks another take holds (its claim came last, or it started them first); this take backed off.
+  returned: success
+  type: list
+  elements: str
+returned:
+  description: Picks whose start failed, given back to the pool (their tags as before the claim), with why.
+  returned: success
+  type: dict
+stale:
+  description: Picks refused for their runtime (O(runtime_tag) is not O(runtime)), with the runtime each has.
+  returned: success
+  type: dict
 """
 
 import time
@@ -139,6 +175,132 @@ def settle(states, stopped_seen, stopped_polls):
     return running, pending, given_up
 
 
+class Take:
+    """One take's steps, in order: pick, claim, confirm, start, wait (main runs them; a test interleaves two
+    takes')."""
+
+    def __init__(self, client, token_tag, token, tags, stamp=None, pool_tags=None, runtime_tag=None, runtime=None):
+        self.client, self.token_tag, self.token = client, token_tag, token
+        self.claim_tags = dict({str(k): "" if v is None else str(v) for k, v in (tags or {}).items()},
+                               **{token_tag: token})
+        if stamp:
+            self.claim_tags[stamp] = str(int(time.time()))
+        self.pool_tags = {str(k): str(v) for k, v in (pool_tags or {}).items()}
+        self.before = {}            # id -> {key: value before the claim, None where absent}
+        self.lost, self.returned, self.stale = [], {}, {}
+        self.runtime_tag, self.runtime = (runtime_tag, runtime) if runtime_tag and runtime else (None, None)
+
+    def look(self, ids):
+        """{id: instance} by a fresh DescribeInstances (an id EC2 no longer knows is left out)."""
+        if not ids:
+            return {}
+        # a filter, not InstanceIds: an id EC2 no longer knows is left out instead of failing the look
+        found = describe(self.client, Filters=[{"Name": "instance-id", "Values": list(ids)}])
+        return {i["InstanceId"]: i for i in found}
+
+    def _tags(self, instance):
+        return boto3_tag_list_to_ansible_dict(instance.get("Tags", []))
+
+    def _ours(self, instance):
+        return self._tags(instance).get(self.token_tag) == self.token
+
+    def pick(self, picks):
+        """The picks that are still the pool's by a fresh look (stopped, carrying pool_tags); the tags the claim
+        will write are noted as they are, to give them back after a failed start."""
+        found = self.look(picks)
+        free = [iid for iid in picks if iid in found and found[iid]["State"]["Name"] == "stopped"
+                and all(self._tags(found[iid]).get(k) == v for k, v in self.pool_tags.items())]
+        self.lost += [iid for iid in picks if iid not in free]
+        if self.runtime:
+            self.stale = {iid: self._tags(found[iid]).get(self.runtime_tag) or "unknown" for iid in free
+                          if self._tags(found[iid]).get(self.runtime_tag) != self.runtime}
+            free = [iid for iid in free if iid not in self.stale]
+        self.before.update({iid: {k: self._tags(found[iid]).get(k) for k in self.claim_tags} for iid in free})
+        return free
+
+    def claim(self, free):
+        """Tag them with this take's token (one CreateTags); the ids claimed."""
+        if free:
+            self.client.create_tags(Resources=free, Tags=[{"Key": k, "Value": v} for k, v in self.claim_tags.items()],
+                                    aws_retry=True)
+        return free
+
+    def confirm(self, claimed):
+        """The claimed ids that still carry this take's token and are stopped (a fresh look): the last claim won."""
+        found = self.look(claimed)
+        held = [iid for iid in claimed if iid in found and self._ours(found[iid])
+                and found[iid]["State"]["Name"] == "stopped"]
+        self.lost += [iid for iid in claimed if iid not in held]
+        return held
+
+    def _start(self, ids):
+        """{id: previous state} of the starts EC2 accepted, {id: why} of those it refused (one by one after a
+        refused batch, so that one bad pick does not cost the others)."""
+        try:
+            starting = self.client.start_instances(InstanceIds=ids, aws_retry=True)["StartingInstances"]
+            return {s["InstanceId"]: s["PreviousState"]["Name"] for s in starting}, {}
+        except botocore.exceptions.ClientError as e:
+            if len(ids) == 1:
+                err = e.response.get("Error", {})
+                return {}, {ids[0]: "%s: %s" % (err.get("Code"), err.get("Message"))}
+        started, refused = {}, {}
+        for iid in ids:
+            one, why = self._start([iid])
+            started.update(one)
+            refused.update(why)
+        return started, refused
+
+    def start(self, held):
+        """Start the held ids; the ones this take started (previous state stopped: the commit). A refused start
+        goes back to the pool; one another take started first is lost."""
+        if not held:
+            return []
+        started, refused = self._start(held)
+        won = [iid for iid in held if started.get(iid) == "stopped"]
+        self.lost += [iid for iid in held if iid in started and iid not in won]
+        self.give_back(refused)
+        # a claim that came after this take's confirm may have put its token on them: the start decided, ours back
+        found = self.look(won)
+        overwritten = [iid for iid in won if iid in found and not self._ours(found[iid])]
+        if overwritten:
+            self.client.create_tags(Resources=overwritten,
+                                    Tags=[{"Key": k, "Value": v} for k, v in self.claim_tags.items()], aws_retry=True)
+        return won
+
+    def give_back(self, why):
+        """Return {id: why} to the pool: the claim's tags as they were before it, where this take's token is still
+        on them (another take's claim is that take's to undo)."""
+        found = self.look(list(why))
+        for iid, reason in why.items():
+            if iid not in found or not self._ours(found[iid]):
+                continue
+            old = self.before.get(iid, {})
+            put = {k: v for k, v in old.items() if v is not None}
+            gone = [k for k, v in old.items() if v is None]
+            if put:
+                self.client.create_tags(Resources=[iid], Tags=[{"Key": k, "Value": v} for k, v in put.items()],
+                                        aws_retry=True)
+            if gone:
+                self.client.delete_tags(Resources=[iid], Tags=[{"Key": k} for k in gone], aws_retry=True)
+            self.returned[iid] = reason
+
+    def wait(self, ids, timeout, poll, stopped_polls):
+        """Look until the started ids run; (running instances, ids still pending at the timeout). One found
+        stopped again stopped_polls looks in a row goes back to the pool."""
+        deadline = time.monotonic() + timeout
+        stopped_seen, found, running, pending, given_up = {}, {}, [], [], []
+        while ids:
+            found = self.look(ids)
+            running, pending, given_up = settle({iid: found[iid]["State"]["Name"] for iid in found},
+                                                stopped_seen, stopped_polls)
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(poll)
+        self.give_back({iid: "fell back to stopped after its start" for iid in given_up
+                        if found[iid]["State"]["Name"] in ("stopped", "stopping")})
+        return ([found[iid] for iid in ids if iid in running], [iid for iid in ids if iid in pending])
+
+
 def main():
     module = AnsibleAWSModule(
         argument_spec=dict(
@@ -147,6 +309,9 @@ def main():
             token=dict(type="str", required=True, no_log=False),
             tags=dict(type="dict", default={}),
             stamp=dict(type="str"),
+            pool_tags=dict(type="dict", default={}),
+            runtime_tag=dict(type="str"),
+            runtime=dict(type="str"),
             wait_timeout=dict(type="int", default=150),
             poll=dict(type="float", default=1.0),
             stopped_polls=dict(type="int", default=5),
@@ -156,34 +321,19 @@ def main():
     p = module.params
     picks = list(dict.fromkeys(p["instances"]))
     if not picks:
-        module.exit_json(changed=False, instances=[], not_started=[])
+        module.exit_json(changed=False, instances=[], not_started=[], lost=[], returned={}, stale={})
     if module.check_mode:
-        module.exit_json(changed=True, instances=[], not_started=[])
-    tags = dict({str(k): "" if v is None else str(v) for k, v in p["tags"].items()}, **{p["token_tag"]: p["token"]})
-    if p["stamp"]:
-        tags[p["stamp"]] = str(int(time.time()))
+        module.exit_json(changed=True, instances=[], not_started=[], lost=[], returned={}, stale={})
     client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+    take = Take(client, p["token_tag"], p["token"], p["tags"], p["stamp"], p["pool_tags"], p["runtime_tag"],
+                p["runtime"])
     try:
-        client.create_tags(Resources=picks, Tags=[{"Key": k, "Value": v} for k, v in tags.items()], aws_retry=True)
-        held = [i["InstanceId"] for i in describe(client, Filters=[
-            {"Name": "tag:" + p["token_tag"], "Values": [p["token"]]},
-            {"Name": "instance-state-name", "Values": ["stopped"]}])]
-        if not held:
-            module.exit_json(changed=True, instances=[], not_started=[])
-        client.start_instances(InstanceIds=held, aws_retry=True)
-        deadline = time.monotonic() + p["wait_timeout"]
-        stopped_seen, running, given_up = {}, [], []
-        while True:
-            found = {i["InstanceId"]: i for i in describe(client, InstanceIds=held)}
-            running, pending, given_up = settle({iid: found[iid]["State"]["Name"] for iid in found},
-                                                stopped_seen, p["stopped_polls"])
-            if not pending or time.monotonic() >= deadline:
-                break
-            time.sleep(p["poll"])
+        won = take.start(take.confirm(take.claim(take.pick(picks))))
+        running, pending = take.wait(won, p["wait_timeout"], p["poll"], p["stopped_polls"])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         module.fail_json_aws(e, msg="Could not take %s from the warm pool" % ", ".join(picks))
-    module.exit_json(changed=True, instances=[as_info(found[iid]) for iid in held if iid in running],
-                     not_started=[iid for iid in held if iid not in running])
+    module.exit_json(changed=bool(take.before), instances=[as_info(i) for i in running], not_started=pending,
+                     lost=take.lost, returned=take.returned, stale=take.stale)
 
 
 if __name__ == "__main__":

@@ -94,31 +94,18 @@ removed:
 """
 
 import contextlib
-import fcntl
 import os
 import re
 import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dynatrain.elastic.plugins.module_utils.known_hosts import locked, merge
 
 KEY_TYPE = re.compile(r"^(ssh-[a-z0-9-]+|ecdsa-sha2-[a-z0-9-]+|sk-[a-z0-9@.-]+)$")
 
 
 class PinError(ValueError):
     """A request that cannot be carried out; nothing was changed."""
-
-
-def line_names(line):
-    """The host names a known_hosts line is for ([] for comments, blanks, markers and hashed names)."""
-    text = line.strip()
-    if not text or text.startswith(("#", "@")):
-        return []
-    names = []
-    for name in text.split()[0].split(","):
-        match = re.match(r"^\[(.+)\]:22$", name)
-        names.append(match.group(1) if match else name)
-    return [n for n in names if not n.startswith("|")]
 
 
 def pin_line(node):
@@ -137,33 +124,7 @@ def edit(text, present=(), absent=()):
 
     A line naming a forgotten name goes; so does an older line naming any name of a node pinned now,
     unless it is that very pin (a second run changes nothing)."""
-    new = list(dict.fromkeys(pin_line(node) for node in present))
-    forget, repinned = set(absent), {name for line in new for name in line_names(line)}
-    lines = text.splitlines()
-    kept = [line for line in lines
-            if not set(line_names(line)) & forget and (line in new or not set(line_names(line)) & repinned)]
-    added = [line for line in new if line not in kept]
-    removed = [line for line in lines if line not in kept]
-    return "".join(f"{line}\n" for line in kept + added), added, removed
-
-
-@contextlib.contextmanager
-def locked(path, timeout):
-    """Hold the exclusive lock on ``<path>.lock`` (the sidecar, never the file that is replaced)."""
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise PinError(f"could not lock {path}.lock within {timeout:.0f} s: another playbook holds it") from None
-                time.sleep(0.02)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+    return merge(text, [pin_line(node) for node in present], absent)
 
 
 def replace(path, text, mode):
@@ -187,7 +148,7 @@ def update(path, present=(), absent=(), mode=0o600, lock_timeout=30.0, check_mod
     """Pin/forget under the lock. Returns dict(changed, added, removed, before, after); raises PinError."""
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise PinError(f"the directory of {path} does not exist; nothing was changed")
-    with locked(path, lock_timeout):
+    with locked(path, lock_timeout, PinError):
         try:
             with open(path, encoding="utf-8") as handle:
                 before = handle.read()

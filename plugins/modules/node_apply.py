@@ -20,7 +20,10 @@ description:
   - "In this order: O(files) (as M(dynatrain.elastic.node_files) applies them), O(mounts) (the C(/etc/fstab)
     line, then the mount, as M(ansible.posix.mount) with C(state=mounted) does), O(services) (enabled, started,
     restarted when one of their files changed), then O(prepare_data) (as M(dynatrain.elastic.prepare_data_once))."
-  - A mount that fails restores C(/etc/fstab) and fails the module; so does a service that does not start.
+  - A change of a mounted volume's line is whole or not at all. The volume is unmounted before C(/etc/fstab) is
+    touched, so a busy volume fails the module with nothing changed; a mount that then fails restores
+    C(/etc/fstab), mounts the volume again with its old line, and fails the module saying so. A service that does
+    not start fails the module too.
   - The contents of O(files) are not logged, whatever the task says (the training environment is a secret).
 author:
   - dynatrain maintainers (@dynatrain)
@@ -189,24 +192,47 @@ def _mount(module, m):
     made_dir = not os.path.isdir(path)
     if made_dir:
         os.makedirs(path)
-    if fstab_changed:
-        _write(fstab, wanted)
-    mount_bin = module.get_bin_path("mount", required=True)
     if mounted:
-        # options or source changed: mounted again with the new line, as the mount module's umount/mount does
+        # Unmounted before fstab is touched: a busy volume fails here, and nothing has changed. (Rewriting fstab
+        # first left the new line behind a failed umount, and the next run found nothing to do: the old options
+        # stayed in force, e.g. a switch to TLS that never took effect.)
         rc, out, err = module.run_command([module.get_bin_path("umount", required=True), path])
         if rc != 0:
-            module.fail_json(msg="%s is mounted and its /etc/fstab line changed, but it could not be unmounted to"
-                                 " mount it again: %s" % (path, (err or out).strip()))
-    rc, out, err = module.run_command([mount_bin, path])
-    if rc != 0:
+            module.fail_json(msg="%s is mounted and its /etc/fstab line changed (to: %s), but it could not be unmounted"
+                                 " to mount it again: %s. Nothing was changed: /etc/fstab and the mount are as they"
+                                 " were. Stop what uses it (fuser -vm %s) and run again." % (path, line, (err or out).strip(), path))
+    try:
         if fstab_changed:
-            _write(fstab, current)
-        if made_dir:
-            os.rmdir(path)
-        module.fail_json(msg="Could not mount %s at %s (%s, %s): %s. /etc/fstab is as it was."
-                             % (m["src"], path, m["fstype"], m["opts"], (err or out).strip()))
+            _write(fstab, wanted)
+        rc, out, err = module.run_command([module.get_bin_path("mount", required=True), path])
+    except (OSError, ValueError) as e:      # fstab not writable, mount missing: put back what was
+        rc, out, err = 1, "", str(e)
+    if rc != 0:
+        _undo_mount(module, m, path, fstab if fstab_changed else None, current, mounted, made_dir, (err or out).strip())
     return True
+
+
+def _undo_mount(module, m, path, fstab, current, was_mounted, made_dir, why):
+    """A mount that failed: fstab as it was (``fstab``: its path when it was rewritten), the volume mounted again
+    with its old line when it was mounted before; then the module fails, saying which of these held."""
+    notes = []
+    if fstab is not None:
+        try:
+            _write(fstab, current)
+            notes.append("/etc/fstab is as it was")
+        except OSError as e:
+            notes.append("/etc/fstab could NOT be restored (%s): it holds the new line" % e)
+    else:
+        notes.append("/etc/fstab is as it was")
+    if was_mounted:
+        rc, out, err = module.run_command([module.get_bin_path("mount", required=True), path])
+        notes.append("it is mounted again with its old line" if rc == 0 else
+                     "mounting it again with its old line failed too (%s): it is NOT mounted, mount %s by hand"
+                     % ((err or out).strip(), path))
+    if made_dir:
+        os.rmdir(path)
+    module.fail_json(msg="Could not mount %s at %s (%s, %s): %s. %s."
+                         % (m["src"], path, m["fstype"], m["opts"], why, "; ".join(notes)))
 
 
 def _services(module, changed_paths):

@@ -41,6 +41,10 @@ description:
     C(REMOVED), remove the marker, terminate. Past O(timeout) and still in C(host_worker), an
     C(ADD_QUEUED) the launcher never confirmed and a C(REMOVAL_QUEUED) are removed gracefully
     (C(remove)).
+  - C(unparked) - warm-pool workers (group C(pool)) still running O(timeout) seconds after their launch, left by a
+    pool fill that was interrupted (Ctrl-C, a lost controller) before it stopped them. With O(park_pool) the warm
+    pool's refill configures and parks them; without it they are terminated (nothing says they were configured). A
+    pool worker younger than that belongs to the fill at work on it.
   - Only C(host_worker_log) events since an instance's launch count (EC2 re-uses private
     addresses, and an old C(FAILED) of its address is another instance's); an instance an add owns
     (C(ADD_QUEUED) within O(timeout)) is never lost.
@@ -51,7 +55,8 @@ options:
     description:
       - The cluster's running instances, one dict each with C(id), C(ip), C(role)
         (C(master)|C(worker)), C(status) (the C(elastic_worker_status) tag or null),
-        C(elastic) (the elastic-worker tag is present), C(group) (C(base)|C(elastic)|null),
+        C(elastic) (the elastic-worker tag is present), C(group) (C(base)|C(elastic)|C(pool)|null), C(state) (the
+        EC2 state; running when not given),
         C(token) (the instance carries the playbooks' launch token), C(launch_time) (ISO 8601
         or epoch seconds) and C(status_time) (epoch seconds when the status tag was set, the
         C(dynatrain:status-time) tag, or null).
@@ -80,6 +85,10 @@ options:
         any add (launch, configure, data preparation and C(dt_join_timeout)) or removal takes.
     type: int
     default: 1800
+  park_pool:
+    description: The warm pool is refilled after the plan (C(dt_warm_pool_size) given), which parks RV(unparked).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -139,6 +148,11 @@ expired_removals:
   type: list
   elements: dict
   returned: always
+unparked:
+  description: Warm-pool workers an interrupted fill left running, to park (O(park_pool)) or terminate.
+  type: list
+  elements: dict
+  returned: always
 launch:
   description: How many new workers to launch to reach O(desired).
   type: int
@@ -156,7 +170,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 DEFAULT_TIMEOUT = 1800            # s an ADD_QUEUED / REMOVAL_QUEUED instance belongs to its operation
-KEYS = ("lost", "drained", "join", "remove", "expired_adds", "confirmed", "expired_removals")
+KEYS = ("lost", "drained", "join", "remove", "expired_adds", "confirmed", "expired_removals", "unparked")
+POOL_GROUP = "pool"
 
 
 def epoch(value):
@@ -238,11 +253,23 @@ def decide(node, in_job, last, out):
         out["join"].append(node)
 
 
-def plan(nodes, hosts, log, desired=0, timeout=DEFAULT_TIMEOUT, now=None):
+def unparked(node, timeout, now):
+    """A warm-pool worker an interrupted fill left running: running (or pending) past ``timeout`` after its launch
+    (a fill at work owns it until then; an unknown launch: never)."""
+    launched = epoch(node.get("launch_time"))
+    return (node.get("state") or "running") in ("pending", "running") and launched is not None \
+        and now - launched >= timeout
+
+
+def plan(nodes, hosts, log, desired=0, timeout=DEFAULT_TIMEOUT, now=None, park_pool=False):
     now = time.time() if now is None else now
     out = {key: [] for key in KEYS}
     adding = leaving = 0             # what the operations in flight will add to / take from the job
     for node in (n for n in nodes if n.get("role") == "worker"):
+        if node.get("group") == POOL_GROUP:         # no worker process; only a fill's leftovers concern reconcile
+            if unparked(node, timeout, now):
+                out["unparked"].append(node)
+            continue
         in_job = node.get("ip") in hosts
         if owned(node, timeout, now):
             if node.get("status") == "ADD_QUEUED":
@@ -257,11 +284,11 @@ def plan(nodes, hosts, log, desired=0, timeout=DEFAULT_TIMEOUT, now=None):
             decide(node, in_job, last, out)
     size = len(hosts) - leaving - len(out["remove"]) + len(out["join"]) + adding
     out["launch"] = max(0, int(desired) - size) if desired else 0
-    out["summary"] = summarize(out, desired, size)
+    out["summary"] = summarize(out, desired, size, park_pool)
     return out
 
 
-def summarize(out, desired, size):
+def summarize(out, desired, size, park_pool=False):
     lines = []
     labels = {"lost": "lost by the launcher (FAILED): clean up and terminate",
               "drained": "left the job on their own (spot drain): tag REMOVED and terminate",
@@ -269,7 +296,9 @@ def summarize(out, desired, size):
               "remove": "elastic-worker tag deleted, or an interrupted add/removal: remove from the job",
               "expired_adds": "an interrupted or failed add left it ADD_QUEUED outside the job: tag ADD_FAILED and terminate",
               "confirmed": "an interrupted add left it ADD_QUEUED, the launcher confirmed it: tag ADDED",
-              "expired_removals": "an interrupted removal left it REMOVAL_QUEUED outside the job: tag REMOVED and terminate"}
+              "expired_removals": "an interrupted removal left it REMOVAL_QUEUED outside the job: tag REMOVED and terminate",
+              "unparked": "a warm-pool worker an interrupted fill left running: "
+                          + ("configure and park it (the warm pool's refill)" if park_pool else "terminate")}
     for key, label in labels.items():
         for node in out[key]:
             lines.append(f"{node.get('id')} {node.get('ip')}: {label}")
@@ -288,6 +317,7 @@ def main():
             "log": {"type": "list", "elements": "dict", "default": []},
             "desired": {"type": "int", "default": 0},
             "timeout": {"type": "int", "default": DEFAULT_TIMEOUT},
+            "park_pool": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -298,7 +328,8 @@ def main():
     if p["timeout"] < 1:
         module.fail_json(msg=f"timeout={p['timeout']} is not valid: give the seconds (>= 1) an add or a removal may "
                              "take before reconcile finishes or rolls it back")
-    module.exit_json(changed=False, **plan(p["nodes"], p["hosts"], p["log"], p["desired"], p["timeout"]))
+    module.exit_json(changed=False, **plan(p["nodes"], p["hosts"], p["log"], p["desired"], p["timeout"],
+                                           park_pool=p["park_pool"]))
 
 
 if __name__ == "__main__":

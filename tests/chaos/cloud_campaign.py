@@ -16,8 +16,19 @@ root.  Each fault:
   (SIGINT to ``ansible-playbook``'s process group) of ``add_workers.yml -e count=1`` once the launch call
   returned / once the new node's configuration runs / while it waits for the launcher's ADDED;
 * ``sigint-remove-midway``: Ctrl-C of ``remove_workers.yml -e count=1`` while it waits for REMOVED;
-* ``two-adds``: two ``add_workers.yml -e count=1`` started at the same moment;
-* ``reconcile-during-add``: ``reconcile.yml`` while an ``add_workers.yml`` configures its node.
+* ``two-adds``: two ``add_workers.yml -e count=1`` started at the same moment (both must exit 0);
+* ``reconcile-during-add``: ``reconcile.yml`` while an ``add_workers.yml`` configures its node (both must
+  exit 0);
+* ``known-hosts-two-adds``: two adds at once, then the master's ``known_hosts_dynatrain`` must hold both new
+  workers (issue 40: each add overwrote it whole with the controller's copy as it had read it);
+* ``pool-double-take``: a warm pool of one worker (``reconcile.yml -e dt_warm_pool_size=1``), then two adds
+  at once: both exit 0, the job grows by two, and the pool worker joined through exactly one of them (the
+  other backed off and launched);
+* ``pool-failed-start``: a warm pool of one, its container hidden (``podman rename``) so that its start
+  fails, then an add: it exits 0 with a launched worker, and the pool worker is back in the pool (stopped,
+  ``dynatrain:group=pool``, not ``ADD_QUEUED``) before its container is given its name back;
+* ``pool-interrupted-fill``: Ctrl-C of ``reconcile.yml -e dt_warm_pool_size=N+1`` while it configures the new
+  pool worker; the recovery's reconcile (no pool size) must terminate the worker the fill left running.
 
 Then it recovers as the README tells a user: ``reconcile.yml``, once the interrupted operation's
 instances are older than the queued timeout (``-e dt_queued_timeout=QUEUED_TIMEOUT``, 30 s here instead
@@ -26,6 +37,8 @@ of 1800, so the campaign does not wait half an hour).  Invariants after each fau
 * orphans = 0: every pending/running instance of the cluster is in ``host_worker`` and every address
   there is such an instance (none launched and forgotten, none half-joined);
 * queued = 0: no instance tagged ``ADD_QUEUED`` / ``REMOVAL_QUEUED`` after the pass;
+* the master's ``~admin/.ssh/known_hosts_dynatrain`` names every worker in ``host_worker`` (the launcher's
+  strict host key checking needs it);
 * ``host_worker_log`` parses and its SEQ is contiguous from 0;
 * the launcher trains: a step past the one before the fault, with ``host_worker``'s membership;
 
@@ -158,6 +171,43 @@ class Cluster:
                     out[i["PrivateIpAddress"]] = tags
         return out
 
+    def node_ids(self):
+        """{ip: instance id} of the cluster's pending/running nodes."""
+        ec2 = self.job.boto("ec2")
+        filters = [{"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        return {i["PrivateIpAddress"]: i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"]
+                for i in r["Instances"]}
+
+    def pool(self):
+        """{instance id: (state, tags)} of the cluster's warm pool (tag dynatrain:group=pool), any live state."""
+        ec2 = self.job.boto("ec2")
+        filters = [{"Name": "tag:dynatrain:cluster", "Values": [CLUSTER]},
+                   {"Name": "tag:dynatrain:group", "Values": ["pool"]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+        return {i["InstanceId"]: (i["State"]["Name"], {t["Key"]: t["Value"] for t in i.get("Tags", [])})
+                for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]}
+
+    def instance(self, iid):
+        """(state, tags) of one instance; ("gone", {}) when EC2 no longer has it."""
+        ec2 = self.job.boto("ec2")
+        found = [i for r in ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": [iid]}])["Reservations"]
+                 for i in r["Instances"]]
+        if not found or found[0]["State"]["Name"] in ("terminated", "shutting-down"):
+            return "gone", {}
+        return found[0]["State"]["Name"], {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}
+
+    def master_known_hosts(self):
+        """The names in the master's known_hosts_dynatrain (the file the launcher's SSH checks)."""
+        master = [ip for ip, tags in self.instances().items() if tags.get("dynatrain:role") == "master"]
+        if not master:
+            return set()
+        proc = subprocess.run(["podman", "exec", self.node_ids()[master[0]], "cat",
+                               "/home/admin/.ssh/known_hosts_dynatrain"], env=self.job.env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        return {name for line in proc.stdout.splitlines() if line.strip() and not line.startswith(("#", "@"))
+                for name in line.split()[0].split(",")}
+
     def elastic_workers(self):
         """The elastic workers in the job (what remove_workers count=N takes, newest first)."""
         hosts = set(self.job.hosts())
@@ -183,6 +233,10 @@ class Cluster:
             out.append("in host_worker but no running instance: %s" % missing)
         if queued:
             out.append("still queued: %s" % queued)
+        master_ips = [ip for ip, tags in nodes.items() if tags.get("dynatrain:role") == "master"]
+        unknown = sorted(set(hosts) - set(master_ips) - self.master_known_hosts())
+        if unknown:
+            out.append("not in the master's known_hosts (its launcher cannot reach them): %s" % unknown)
         lines, entries = self.log()
         if len(entries) != len(lines):
             out.append("host_worker_log has lines that do not parse")
@@ -226,10 +280,18 @@ def sigint_remove(cluster):
     return "remove_workers interrupted while waiting for REMOVED (rc %d)" % rc
 
 
+def both_ok(*books):
+    """Each playbook's exit status must be 0: a fault whose operation failed is a failed row, not a recovery."""
+    failed = [(book.name, rc, book) for book, rc in books if rc != 0]
+    if failed:
+        raise RuntimeError("; ".join("%s exited %d:\n%s" % (name, rc, book.tail()) for name, rc, book in failed))
+
+
 def two_adds(cluster):
     first = Playbook("add_workers", {"count": 1}, cluster.log_dir)
     second = Playbook("add_workers", {"count": 1}, cluster.log_dir)
     rcs = (first.finish(), second.finish())
+    both_ok((first, rcs[0]), (second, rcs[1]))
     return "two add_workers at once (rc %d, %d)" % rcs
 
 
@@ -238,8 +300,92 @@ def reconcile_during_add(cluster):
     if not add.wait_line(r"TASK \[dynatrain\.elastic\.(node_base|efs|mxnet)"):
         add.finish()
         raise RuntimeError("add_workers ended before its configuration:\n" + add.tail())
-    rec_rc, _book = run("reconcile", {}, cluster.log_dir)
-    return "reconcile during an add (reconcile rc %d, add_workers rc %d)" % (rec_rc, add.finish())
+    rec_rc, rec = run("reconcile", {}, cluster.log_dir)
+    add_rc = add.finish()
+    both_ok((rec, rec_rc), (add, add_rc))
+    return "reconcile during an add (reconcile rc %d, add_workers rc %d)" % (rec_rc, add_rc)
+
+
+def known_hosts_two_adds(cluster):
+    before = set(cluster.job.hosts())
+    what = two_adds(cluster)
+    new = sorted(set(cluster.job.hosts()) - before)
+    missing = sorted(set(new) - cluster.master_known_hosts())
+    if len(new) != 2 or missing:
+        raise RuntimeError("%s: new workers %s, not in the master's known_hosts: %s" % (what, new, missing))
+    return "%s; the master's known_hosts names both new workers %s" % (what, new)
+
+
+def fill_pool(cluster, size):
+    """The warm pool at ``size`` stopped workers (reconcile's refill); their ids."""
+    rc, book = cluster.reconcile({"dt_warm_pool_size": size})
+    if rc != 0:
+        raise RuntimeError("could not fill the warm pool:\n" + book.tail())
+    stopped = [iid for iid, (state, _tags) in cluster.pool().items() if state == "stopped"]
+    if len(stopped) < size:
+        raise RuntimeError("the warm pool has %d stopped workers, not %d" % (len(stopped), size))
+    return stopped
+
+
+def pool_double_take(cluster):
+    pooled = fill_pool(cluster, 1)
+    before = set(cluster.job.hosts())
+    first = Playbook("add_workers", {"count": 1}, cluster.log_dir)
+    second = Playbook("add_workers", {"count": 1}, cluster.log_dir)
+    rcs = (first.finish(), second.finish())
+    both_ok((first, rcs[0]), (second, rcs[1]))
+    new = set(cluster.job.hosts()) - before
+    ids = cluster.node_ids()
+    joined_from_pool = [ip for ip in new if ids.get(ip) in pooled]
+    backed_off = sum("taken by another add" in "".join(book.lines) for book in (first, second))
+    if len(new) != 2 or len(joined_from_pool) != 1:
+        raise RuntimeError("two adds with a pool of one (rc %d, %d): %d new workers, %d of them the pool's"
+                           % (rcs + (len(new), len(joined_from_pool))))
+    return "two adds, a pool of one (rc %d, %d): 2 new workers, the pool's joined once; %d add(s) backed off" % (
+        rcs + (backed_off,))
+
+
+def pool_failed_start(cluster):
+    pooled = fill_pool(cluster, 1)[0]
+    hidden = pooled + "-hidden"
+    before = set(cluster.job.hosts())
+    renamed = subprocess.run(["podman", "rename", pooled, hidden], env=cluster.job.env, capture_output=True,
+                             text=True, check=False, timeout=60)
+    if renamed.returncode != 0:
+        raise RuntimeError("could not hide the pool worker's container: " + renamed.stderr.strip())
+    try:
+        rc, book = run("add_workers", {"count": 1}, cluster.log_dir)
+        both_ok((book, rc))
+        deadline = time.monotonic() + 300         # the local cloud gives a start up after its attempts
+        while time.monotonic() < deadline:
+            state, tags = cluster.instance(pooled)
+            if state == "gone" or (state == "stopped" and tags.get("dynatrain:group") == "pool"):
+                break
+            time.sleep(5)
+    finally:
+        subprocess.run(["podman", "rename", hidden, pooled], env=cluster.job.env, check=False, timeout=60)
+    new = set(cluster.job.hosts()) - before
+    state, tags = cluster.instance(pooled)
+    if len(new) != 1 or state != "stopped" or tags.get("dynatrain:group") != "pool":
+        ours = {k: v for k, v in tags.items() if k.startswith(("dynatrain:", "elastic"))}
+        raise RuntimeError("a pool worker whose start failed: %d new workers; it is %s, tags %s"
+                           % (len(new), state, ours))
+    return "an add whose pool worker could not start (rc %d): a launched worker joined, the pool's is back" % rc
+
+
+def pool_interrupted_fill(cluster):
+    size = len(cluster.pool()) + 1
+    fill = Playbook("reconcile", {"dt_queued_timeout": QUEUED_TIMEOUT, "dt_warm_pool_size": size}, cluster.log_dir)
+    if not fill.wait_line(r"PLAY \[Configure the nodes|TASK \[dynatrain\.elastic\.(node_base|efs|mxnet)"):
+        fill.finish()
+        raise RuntimeError("the pool fill ended before it configured its worker:\n" + fill.tail())
+    time.sleep(1.0)
+    fill.interrupt()
+    rc = fill.finish(300)
+    running = [iid for iid, (state, _tags) in cluster.pool().items() if state in ("pending", "running")]
+    if not running:
+        raise RuntimeError("the interrupted fill left no running pool worker to recover from (rc %d)" % rc)
+    return "a pool fill interrupted while it configured %s (rc %d)" % (", ".join(running), rc)
 
 
 FAULTS = {
@@ -249,6 +395,10 @@ FAULTS = {
     "sigint-remove-midway": sigint_remove,
     "two-adds": two_adds,
     "reconcile-during-add": reconcile_during_add,
+    "known-hosts-two-adds": known_hosts_two_adds,
+    "pool-double-take": pool_double_take,
+    "pool-failed-start": pool_failed_start,
+    "pool-interrupted-fill": pool_interrupted_fill,
 }
 
 

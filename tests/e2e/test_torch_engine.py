@@ -7,6 +7,9 @@ drain the other on a spot notice (`localcloud interrupt`, nothing recomputed); e
 `train.yml` (again without the engine). host_worker_log holds exactly the expected lines in DT's layout,
 no sample is skipped or repeated within an epoch across the resizes, accuracy >= 0.9, status.json and
 the launcher's events name the torch engine, and status.yml shows it. Teardown at the end.
+Issue 41: the add and the removal happen in place (the helper API's default on CPU): every survivor's
+training process is the same before and after both, no checkpoint is written for either, and the joiner's
+state comes from its peers (bytes moved); the restart path is the MXNet e2e's (test_elastic.py).
 
 Its own cluster (e2etorch) and loopback network (127.81.0.0/16), apart from the other e2e modules'."""
 import argparse
@@ -91,6 +94,19 @@ def _on_node(env, instance_id, *argv):
                           timeout=60, check=False)
 
 
+def _change(job, field, ip):
+    """The finished resizes whose ``field`` (added, removed) names ``ip``."""
+    return [e for e in job.events() if e.get("event") == "resize_end" and ip in (e.get(field) or [])]
+
+
+def _training_pids(env, instance_id):
+    """The pids (in the node's own pid namespace, as the runtime reports them) of its processes that run
+    the training script."""
+    out = _on_node(env, instance_id, "sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline 2>/dev/null"
+                   " | grep -q train_digits && echo ${p#/proc/}; done").stdout
+    return {int(p) for p in out.split()}
+
+
 def test_torch_engine_end_to_end(cloud):
     env = cloud
     # the torch wheels are fetched only when asked for (make setup's wheelhouse is MXNet's)
@@ -121,6 +137,9 @@ def test_torch_engine_end_to_end(cloud):
         assert sorted(e[1:] for e in _log(job)) == sorted(("ADDED", ip) for ip in base + [master])
 
         # add a worker while training, not naming the engine: the cluster's job says torch
+        # (issue 41: in place, the survivors' training processes stay: their pids are read before the add)
+        before = {ip: _training_pids(env, nodes[ip]["id"]) for ip in base + [master]}
+        assert all(before.values()), before
         out = _run_ok(env, "add_workers", {"count": 1})
         nodes = _nodes(env)
         (added,) = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "elastic"]
@@ -132,6 +151,12 @@ def test_torch_engine_end_to_end(cloud):
         assert "torch-requirements.lock" in lock.stdout.split(), lock
         assert "mxnet-requirements.lock" not in lock.stdout.split(), lock
         job.wait_for("world 4", lambda: job.status().get("world_size") == 4, 120)
+        job.wait_for("the add's resize to end", lambda: _change(job, "added", added), 120)
+        add = _change(job, "added", added)[-1]
+        # in place: no checkpoint for the change, every survivor the same process, the joiner's state from peers
+        assert add["mode"] == "in-place" and add["checkpoint_written"] is False, add
+        assert all(add["pids"][ip] in before[ip] for ip in before), (add["pids"], before)
+        assert add["bytes_moved"] > 0, add
 
         # remove the newest elastic worker
         _run_ok(env, "remove_workers", {"count": 1})
@@ -140,6 +165,10 @@ def test_torch_engine_end_to_end(cloud):
         assert nodes[added]["state"] in ("shutting-down", "terminated")
         assert _log(job)[-1][1:] == ("REMOVED", added)
         assert not os.path.exists(os.path.join(efs, "prepare_data_success_" + added))
+        job.wait_for("the removal's resize to end", lambda: _change(job, "removed", added), 120)
+        remove = _change(job, "removed", added)[-1]
+        assert remove["mode"] == "in-place" and remove["checkpoint_written"] is False, remove
+        assert all(remove["pids"][ip] == add["pids"][ip] for ip in before), (remove["pids"], add["pids"])
 
         # kill a base worker's container outright: FAILED, the job resumes from a survivor's snapshot
         # (of a generation that trains: not one still starting after the removal, which has none yet)
@@ -157,7 +186,7 @@ def test_torch_engine_end_to_end(cloud):
         lost = resizes(job, "failure")
         print("worker killed -> training again: %.2f s, recovered from the %s, %s step(s) recomputed"
               % (lost[-1]["total_s"], lost[-1]["recovered_from"], lost[-1]["recomputed_steps"]), flush=True)
-        assert lost[-1]["recovered_from"] == "survivor", (lost[-1], [e for e in job.events() if e.get("event") in (
+        assert lost[-1]["recovered_from"] in ("survivor", "in-place"), (lost[-1], [e for e in job.events() if e.get("event") in (
             "worker_failed", "resize_start", "recovery")][-4:], job.read("logs/launcher.log")[-3000:])
 
         # a spot notice drains the other base worker at the next step (nothing recomputed)

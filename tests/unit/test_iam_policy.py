@@ -38,7 +38,8 @@ MODULE_ACTIONS = {
     # our modules that call AWS
     "dynatrain.elastic.host_key_check": {"ec2:GetConsoleOutput"},
     "dynatrain.elastic.ec2_tags": {"ec2:DescribeTags", "ec2:CreateTags"},
-    "dynatrain.elastic.ec2_pool_take": {"ec2:CreateTags", "ec2:DescribeInstances", "ec2:StartInstances"},
+    "dynatrain.elastic.ec2_pool_take": {"ec2:CreateTags", "ec2:DeleteTags", "ec2:DescribeInstances",
+                                        "ec2:StartInstances"},
     "dynatrain.elastic.ec2_status_checks": {"ec2:DescribeInstanceStatus"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
     "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",

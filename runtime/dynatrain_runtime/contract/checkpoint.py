@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from .shared_volume import CHECKPOINT_META, CHECKPOINT_PREFIX, fsync_directory
+from .shared_volume import CHECKPOINT_META, CHECKPOINT_PREFIX, fsync_directory, open_nofollow
 
 CKPT_PREFIX = CHECKPOINT_PREFIX
 META = CHECKPOINT_META
@@ -44,11 +44,12 @@ class NoValidCheckpoint(CheckpointError):
 
 
 def _sha256(path):
+    """``(sha256 hex, size)`` of the regular file ``path``, read without following a link."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_nofollow(path), "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+        return digest.hexdigest(), handle.tell()
 
 
 def _payload_files(path):
@@ -84,49 +85,50 @@ def _check_file(path, rel, want):
         raise CheckpointError(f"{path}: meta.json lists an invalid file entry {rel!r}")
     full = os.path.join(path, *parts)
     try:
-        size = os.path.getsize(full)
-        if size != want.get("bytes", size):
-            raise CheckpointError(f"{full} has {size} bytes, meta.json says {want.get('bytes')}")
-        got = _sha256(full)
+        got, size = _sha256(full)       # a link or a FIFO in a checkpoint is refused, never followed
     except FileNotFoundError:
         raise CheckpointError(f"{full} is missing") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read {full}: {exc}") from None
+    if size != want.get("bytes", size):
+        raise CheckpointError(f"{full} has {size} bytes, meta.json says {want.get('bytes')}")
     if got != want.get("sha256"):
         raise CheckpointError(f"{full} does not match its digest in meta.json (damaged)")
 
 
 def verify(path, meta):
-    """Raise CheckpointError unless every file ``meta`` lists is at ``path`` with its sha256 digest.
+    """Raise CheckpointError unless every file ``meta`` lists is at ``path`` with its sha256 digest,
+    and every file at ``path`` is listed.
 
-    A checkpoint written before digests were recorded (no ``files`` in its meta) is accepted
-    when its files can be read: it was committed atomically, and there is nothing to check
-    them against.
+    A meta.json without digests never verifies: any node can write one on the shared volume
+    (``{"step": 9999999999}``), and one that verified would become the resume point and S3's LATEST.
+    A file that meta.json does not list (a link planted beside the payload) fails it too.
     """
-    files = meta.get(DIGESTS)
+    files = meta.get(DIGESTS) if isinstance(meta, dict) else None
     if files is None:
-        for rel in _payload_files(path):
-            if not os.access(os.path.join(path, *rel.split("/")), os.R_OK):
-                raise CheckpointError(f"{path}/{rel} cannot be read")
-        return
+        raise CheckpointError(f"{path}: meta.json has no {DIGESTS!r} digests (not written by CheckpointStore)")
     if not isinstance(files, dict):
         raise CheckpointError(f"{path}: meta.json's {DIGESTS!r} is not a mapping")
     for rel, want in sorted(files.items()):
         _check_file(path, rel, want)
+    extra = sorted(set(_payload_files(path)) - set(files))
+    if extra:
+        raise CheckpointError(f"{path}: files meta.json does not list: {extra[:5]}")
 
 
 def read_meta(path):
     """The parsed meta.json of the checkpoint at ``path``, unverified; raises CheckpointError."""
     try:
-        with open(os.path.join(path, META), encoding="utf-8") as handle:
-            meta = json.load(handle)
+        with os.fdopen(open_nofollow(os.path.join(path, META)), "rb") as handle:
+            meta = json.loads(handle.read())
     except FileNotFoundError:
         if not os.path.isdir(path):
             raise CheckpointGone(f"{path} does not exist") from None
         raise CheckpointError(f"{path} has no {META}") from None
-    except (OSError, ValueError) as exc:               # a torn or garbled meta.json is a ValueError
+    except (OSError, ValueError, RecursionError) as exc:   # a torn or garbled meta.json is a ValueError
         raise CheckpointError(f"{path}/{META} cannot be read: {exc}") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int) or isinstance(meta["step"], bool) \
+            or meta["step"] < 0:
         raise CheckpointError(f"{path}/{META} is not a checkpoint's meta (no integer 'step')")
     return meta
 

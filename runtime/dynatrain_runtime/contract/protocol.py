@@ -42,6 +42,10 @@ SCRIPT_APIS = ("elastic", "torchrun")     # a script uses the helper API, or is 
 # launcher -> worker commands and the worker's answer (the one home of these names)
 CMD_STOP, CMD_STOP_AT, CMD_RECOVER = "stop", "stop_at", "recover"
 MSG_STOP_ACK = "stop_ack"
+# in place (torch + helper API, ``--resize-mode in-place``): at the stop boundary a survivor waits for
+# ``regroup`` (the new generation's environment: it joins the new group in the same process) or ``leave``
+CMD_REGROUP, CMD_LEAVE = "regroup", "leave"
+RESIZE_MODES = ("auto", "restart", "in-place")
 
 
 def stop_command(generation, at, reason):

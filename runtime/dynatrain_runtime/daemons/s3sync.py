@@ -2,28 +2,38 @@
 (``dt-checkpoint-restore``), so a job outlives its cluster.
 
 Layout under ``s3://<bucket>/<prefix>/``: ``checkpoints/ckpt-<step>/<file>`` (``meta.json`` uploaded
-last), ``LATEST.json`` (written only once every object of the checkpoint it names is uploaded, and only
-ever forward), and copies of ``host_worker_log``, ``events.jsonl``, ``status.json``,
+last), ``LATEST.json`` (written only once every object of the checkpoint it names is uploaded and read
+back to its digest, and only ever forward -- but for a new run on the same prefix, below), and copies of ``host_worker_log``, ``events.jsonl``, ``status.json``,
 ``results/final.json`` and ``logs/launcher.log``.  boto3 is imported lazily: ``import
 dynatrain_runtime`` stays standard-library only (the ``s3`` extra brings boto3).
+
+The volume is written by every node, so the sync trusts nothing on it: a checkpoint is uploaded only
+when it verifies (meta.json's digests, which every checkpoint has), and then exactly the files meta.json
+lists (nested ones too), each opened without following a link and hashed on the way to S3; a job file
+(``results/final.json``...) that is a link is not uploaded.  A new run on the same prefix (the user
+moved ``checkpoints/`` away and started over: the newest local checkpoint is below LATEST and S3 does
+not hold it) is backed up, LATEST moving back to it, and said; a pass that fails is ``error`` in
+``control/s3sync.json`` (what ``job_info`` / ``status.yml`` show).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
-import stat
 import sys
 import tempfile
 import time
 
-from ..contract.checkpoint import CKPT_PREFIX, META, CheckpointError, CheckpointStore, verify
+from ..contract.checkpoint import CKPT_PREFIX, DIGESTS, META, CheckpointError, CheckpointStore, read_meta, verify
 from ..contract.shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE,
-                                      JobFiles, fsync_directory, read_json, write_json)
+                                      JobFiles, NotRegularFile, fsync_directory, open_nofollow, read_bytes,
+                                      read_json, write_json)
 
 SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
@@ -90,6 +100,19 @@ def read_latest(s3, bucket, prefix):
     return json.loads(body)
 
 
+class _Hashing:
+    """A file object read for an upload that digests what it gives (the bytes S3 got, exactly)."""
+
+    def __init__(self, handle):
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def read(self, size=-1):
+        data = self.handle.read(size)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+
 class _Head:
     """The first ``n`` bytes of an open file (a log's complete lines; its last one may be half-written)."""
 
@@ -121,9 +144,13 @@ class Sync:
         self.keep = max(1, int(keep))
         self.s3 = client or make_client()
         self.state_path = self.files.s3sync_state
-        old = read_json(self.state_path) or {}
-        self.uploaded_bytes = int(old.get("uploaded_bytes", 0)) if old.get("url") == self.url else 0
+        old = read_json(self.state_path)
+        old = old if isinstance(old, dict) else {}         # the volume is anyone's: any shape
+        uploaded = old.get("uploaded_bytes") if old.get("url") == self.url else 0
+        self.uploaded_bytes = uploaded if isinstance(uploaded, int) and uploaded >= 0 else 0
         self.last_step, self.error, self.last_ok = None, None, None
+        self.skipped = {}             # local checkpoint name -> why it is not uploaded (it does not verify)
+        self.restarted = None         # the last new run found on this prefix (LATEST moved back to it)
         self.seen = {}                # job file key -> (size, mtime_ns) last uploaded
         self.deadline = None          # set by SIGTERM: stop between objects after it
         self._pruned = self._warned = False
@@ -148,52 +175,105 @@ class Sync:
         self.uploaded_bytes += len(body)
 
     # ------------------------------------------------------------------ checkpoints
-    def _upload_checkpoint(self, path):
-        """Upload one committed checkpoint, meta.json last; ``None`` when it went away meanwhile."""
+    def _local_meta(self, path):
+        """``(meta.json bytes, meta)`` of a local checkpoint once it verifies; ``None`` when it went away
+        or does not verify (said once, and kept in ``skipped`` for the state file)."""
         name = os.path.basename(path)
         try:
-            with open(os.path.join(path, META), "rb") as handle:
-                meta_bytes = handle.read()
-            meta = json.loads(meta_bytes)
-            names = sorted(n for n in os.listdir(path) if n != META)
-        except (OSError, ValueError):
-            return None               # pruned (renamed to .trash-) between the listing and now
-        try:
-            verify(path, meta)        # a damaged checkpoint never becomes S3's LATEST (the digests of meta.json)
-        except CheckpointError as exc:
+            meta_bytes = read_bytes(os.path.join(path, META))
+            meta = read_meta(path)
+            verify(path, meta)        # a damaged or forged checkpoint never becomes S3's LATEST
+        except (OSError, CheckpointError) as exc:
             if not os.path.isdir(path):
-                return None
-            self.log(f"not uploading {name}: {exc}")
+                return None           # pruned (renamed to .trash-) between the listing and now
+            if self.skipped.get(name) != str(exc):
+                self.log(f"not uploading {name}: {exc}")
+            self.skipped[name] = str(exc)
             return None
-        for leaf in names:
+        self.skipped.pop(name, None)
+        return meta_bytes, meta
+
+    def _remote_meta(self, name):
+        """The bytes of ``checkpoints/<name>/meta.json`` in S3, or ``None``."""
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}checkpoints/{name}/{META}")["Body"].read()
+        except Exception as exc:        # noqa: BLE001 - botocore's ClientError, imported lazily
+            if error_code(exc) in ("NoSuchKey", "404"):
+                return None
+            raise
+
+    def _clear_remote(self, name, meta_bytes):
+        """Objects of another checkpoint under this name (an earlier run's): removed, meta.json first, so
+        a mix of the two is never complete."""
+        if self._remote_meta(name) == meta_bytes:
+            return
+        base = f"{self.prefix}checkpoints/{name}/"
+        stale = [o["Key"] for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base)
+                 for o in page.get("Contents", [])]
+        for batch in ([k for k in stale if k == base + META], [k for k in stale if k != base + META]):
+            if batch:
+                self._delete(batch)
+
+    def _upload_checkpoint(self, path):
+        """Upload one committed checkpoint that verifies, meta.json last; ``None`` when it went away
+        meanwhile or does not verify.  Exactly the files meta.json lists go, each hashed on its way:
+        one that changed since it verified fails the pass (LATEST stays), a link is never followed."""
+        name = os.path.basename(path)
+        local = self._local_meta(path)
+        if local is None:
+            return None
+        meta_bytes, meta = local
+        self._clear_remote(name, meta_bytes)
+        for rel, want in sorted(meta[DIGESTS].items()):
             try:
                 # Once open, a prune (rename + unlink) cannot change what we read: it is immutable.
-                with open(os.path.join(path, leaf), "rb") as handle:
-                    st = os.fstat(handle.fileno())
-                    if stat.S_ISREG(st.st_mode):          # a checkpoint is flat: files only
-                        self._upload(handle, f"checkpoints/{name}/{leaf}", st.st_size)
+                with os.fdopen(open_nofollow(os.path.join(path, *rel.split("/"))), "rb") as handle:
+                    reader = _Hashing(handle)
+                    self._upload(reader, f"checkpoints/{name}/{rel}", os.fstat(handle.fileno()).st_size)
             except OSError:
                 if not os.path.isdir(path):
                     return None
                 raise
+            if reader.digest.hexdigest() != want.get("sha256") or reader.size != want.get("bytes", reader.size):
+                raise CheckpointError(f"{path}/{rel} changed while it was uploaded: {name} not committed in S3")
         self._check_stop()
         self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}checkpoints/{name}/{META}",
                            Body=meta_bytes, ContentType="application/json", **SSE)
         self.uploaded_bytes += len(meta_bytes)
         return meta
 
+    def _new_run(self, store, steps, done):
+        """The step of the newest local checkpoint when it is a new run's (below LATEST, and S3 does not
+        hold it: the user moved ``checkpoints/`` away and started over), else None."""
+        if done < 0 or not steps or steps[-1] >= done:
+            return None
+        for step in reversed(steps):
+            local = self._local_meta(store.path_for(step))
+            if local is not None:
+                return None if self._remote_meta(os.path.basename(store.path_for(step))) == local[0] else step
+        return None
+
     def sync_checkpoints(self):
         latest = read_latest(self.s3, self.bucket, self.prefix)
-        done = int(latest["step"]) if latest else -1
+        if latest is not None and not (isinstance(latest, dict) and isinstance(latest.get("step"), int)):
+            raise RuntimeError(f"malformed {self.url}LATEST.json: {json.dumps(latest)[:200]}")
+        done = latest["step"] if latest else -1
         self.last_step = done if latest else None
-        steps = CheckpointStore(self.files.checkpoints).steps()
-        if steps and steps[-1] < done and not self._warned:
+        store = CheckpointStore(self.files.checkpoints)
+        steps = store.steps()
+        restart = self._new_run(store, steps, done)
+        if restart is not None:
+            self.restarted = {"time": time.time(), "step": restart, "previous_latest": done}
+            self.log(f"a new run on {self.url}: the local checkpoints (newest {restart}) are below LATEST.json "
+                     f"(step {done}) and not in S3; backing them up, LATEST moves back to them")
+            done = -1
+        elif steps and steps[-1] < done and not self._warned:
             self._warned = True
             self.log(f"{self.url}LATEST.json is at step {done}, ahead of the local checkpoints "
-                     f"(newest {steps[-1]}): LATEST only moves forward, older ones are not uploaded")
+                     f"(newest {steps[-1]}, which S3 holds): nothing to upload")
         moved = False
         for step in [s for s in steps if s > done][-self.keep:]:   # older ones would be pruned at once
-            path = CheckpointStore(self.files.checkpoints).path_for(step)
+            path = store.path_for(step)
             meta = self._upload_checkpoint(path)
             if meta is None:
                 continue
@@ -222,6 +302,9 @@ class Sync:
         kept = set(sorted(s for s in complete if s <= latest_step)[-self.keep:])
         # Steps above LATEST are left alone: only this process writes there, and never concurrently.
         doomed = [k for s, ks in keys.items() if s < latest_step and s not in kept for k in ks]
+        self._delete(doomed)
+
+    def _delete(self, doomed):
         for i in range(0, len(doomed), 1000):
             resp = self.s3.delete_objects(Bucket=self.bucket, Delete={
                 "Objects": [{"Key": k} for k in doomed[i:i + 1000]], "Quiet": True})
@@ -237,10 +320,16 @@ class Sync:
                 (STATUS_FILE, f.status, False), (RESULT_FILE, f.result, False), (LAUNCHER_LOG, f.launcher_log, True)]
 
     def sync_files(self):
+        refused = []
         for key, path, lines in self.job_files():
             try:
-                handle = open(path, "rb")
+                handle = os.fdopen(open_nofollow(path), "rb")     # a link (to the master's key) is not copied
             except FileNotFoundError:
+                continue
+            except OSError as exc:          # the others are still copied; the pass is an error
+                if not isinstance(exc, NotRegularFile) and exc.errno != errno.ELOOP:
+                    raise
+                refused.append(f"{path} is a link or not a regular file: not uploaded")
                 continue
             with handle:
                 st = os.fstat(handle.fileno())
@@ -250,6 +339,8 @@ class Sync:
                 size = complete_lines_length(handle, st.st_size) if lines else st.st_size
                 self._upload(_Head(handle, size), key, size)
                 self.seen[key] = sig
+        if refused:
+            raise RuntimeError("; ".join(refused))
 
     # ------------------------------------------------------------------ the loop
     def log(self, text):
@@ -274,7 +365,8 @@ class Sync:
 
     def write_state(self):
         state = {"url": self.url, "last_step": self.last_step, "last_pass_time": time.time(),
-                 "last_ok_time": self.last_ok, "uploaded_bytes": self.uploaded_bytes, "error": self.error}
+                 "last_ok_time": self.last_ok, "uploaded_bytes": self.uploaded_bytes, "error": self.error,
+                 "skipped": dict(sorted(self.skipped.items())[-5:]), "restarted": self.restarted}
         try:
             write_json(self.state_path, state)
         except OSError as exc:
@@ -398,12 +490,14 @@ def _download_checkpoint(s3, bucket, base, store, step, owner):
         leaves += [o["Key"][len(base):] for o in page.get("Contents", [])]
     if META not in leaves:
         raise RuntimeError(f"s3://{bucket}/{base} has no meta.json: not a complete checkpoint, refusing it")
-    if any("/" in leaf or leaf in ("", ".", "..") for leaf in leaves):
-        raise RuntimeError(f"s3://{bucket}/{base} holds nested or odd keys: not a checkpoint of this runtime")
+    if any(part in ("", ".", "..") for leaf in leaves for part in leaf.split("/")):
+        raise RuntimeError(f"s3://{bucket}/{base} holds odd keys ('', '.', '..' parts): not a checkpoint of this runtime")
     tmp = tempfile.mkdtemp(prefix=f".tmp-{CKPT_PREFIX}{step:010d}-", dir=store.directory)
     try:
         for leaf in sorted(leaves, key=lambda n: n == META):    # meta.json last
-            if not _download(s3, bucket, base + leaf, os.path.join(tmp, leaf), owner):
+            if "/" in leaf:                                     # a nested file of the payload
+                os.makedirs(os.path.join(tmp, os.path.dirname(leaf)), mode=0o755, exist_ok=True)
+            if not _download(s3, bucket, base + leaf, os.path.join(tmp, *leaf.split("/")), owner):
                 raise RuntimeError(f"s3://{bucket}/{base}{leaf} vanished while restoring (pruned?): run it again")
         with open(os.path.join(tmp, META)) as handle:
             meta = json.load(handle)
@@ -414,6 +508,9 @@ def _download_checkpoint(s3, bucket, base, store, step, owner):
         except CheckpointError as exc:
             raise RuntimeError(f"s3://{bucket}/{base} is damaged ({exc}): refusing it; resume from an older "
                                f"checkpoint (resume_from=s3://{bucket}/<prefix>/ of another job) or a local one")
+        for sub, _dirs, _names in os.walk(tmp):     # nested payload directories: the owner's too
+            if sub != tmp:
+                _chown(sub, owner)
         fsync_directory(tmp)
         os.chmod(tmp, 0o755)
         _chown(tmp, owner)

@@ -11,8 +11,8 @@ protocol -- and asks its engine only for:
   the Trainer's kvstore keys, DistributedDataParallel); ``seed``; ``set_lr``;
 * ``allreduce(values)`` of the metrics vector and ``keep``/``sum_kept`` of reported values
   (summed on the device, read at the metrics all-reduce: no per-step sync);
-* ``snapshot(meta, audit_log)`` -- the in-memory boundary state for survivor recovery -- and
-  ``write_snapshot(snap, store, **recovery)``;
+* ``snapshot(meta, audit_log)`` -- the in-memory boundary state for survivor recovery, a
+  ``snapshot.Snapshot`` (the engine-neutral part: meta, audit, waiting, ``write(store, **recovery)``);
 * ``is_peer_error(exc)``: an exception that means a peer is gone (torch's collectives raise;
   MXNet's block), ``supports_recovery()``, ``grad_scale(world, global_size)`` and
   ``weighted_loss(per_sample, weights, scale)``.

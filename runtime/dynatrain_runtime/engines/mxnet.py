@@ -4,9 +4,8 @@ Workers connect through the kvstore the launcher's ``DMLC_*`` environment descri
 ``local`` one outside the launcher); the metrics vector is one ``pushpull`` of key
 ``STATS_KEY``; checkpoints are ``params`` (``save_parameters``) and the optimizer's state
 without pickle (``save_optimizer_state``: its arrays in MXNet's NDArray format, their layout
-and the optimizer's update counters in JSON); the boundary snapshot is
-``recovery.BoundarySnapshot`` (copies queued on MXNet's engine).  MXNet is imported when the
-engine is created.
+and the optimizer's update counters in JSON); the boundary snapshot is ``MXNetSnapshot``
+(copies queued on MXNet's engine).  MXNet is imported when the engine is created.
 
 A checkpoint is data, never code: ``Trainer.save_states`` pickles ``(states, optimizer)`` and
 ``load_states`` unpickles whatever the file holds, and a checkpoint can come from any prefix
@@ -21,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 
-from ..script import devices
-from ..script.recovery import BoundarySnapshot
+from . import devices
+from .snapshot import Snapshot, boundary_meta
 
 STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
 STATES_FILE = "optimizer.states"      # the optimizer state's arrays (MXNet's NDArray format)
@@ -131,10 +130,7 @@ class MXNetEngine:
 
     # ----------------------------------------------------------------- recovery
     def snapshot(self, meta, audit_log=None):
-        return BoundarySnapshot.issue(self.net, self.trainer, meta, audit_log)
-
-    def write_snapshot(self, snap, store, **recovery):
-        return snap.write(self.mx, store, **recovery)
+        return MXNetSnapshot.issue(self.net, self.trainer, meta, audit_log)
 
     @staticmethod
     def is_peer_error(exc):
@@ -142,6 +138,63 @@ class MXNetEngine:
 
     def close(self):
         pass
+
+
+class MXNetSnapshot(Snapshot):
+    """A step boundary's state: copies of the parameters and optimizer states queued on MXNet's engine.
+
+    With ``update_on_kvstore=False`` every worker applies the same aggregated gradient to the
+    same weights, so each one holds the job's full state.  ``issue`` queues the copies after
+    this step's update and before the next one's, so they hold exactly this boundary's state,
+    and returns at once; they are complete when this step's collective finished (``wait``,
+    ``ready_within``): a snapshot whose step depends on a collective that may never finish (a
+    dead peer) must never replace a good one.
+    """
+
+    @classmethod
+    def issue(cls, net, trainer, meta, audit_log=None):   # pylint: disable=arguments-renamed
+        """Queue copies of the boundary state of ``net``/``trainer`` (call after the step committed).
+
+        ``meta`` is the checkpoint meta of the boundary (its ``audit`` is ignored: the
+        append-only ``audit_log`` is kept by reference with its lengths).
+        """
+        meta, audit = boundary_meta(meta, audit_log)
+        params = {key: p._reduce() for key, p in net._collect_params_with_prefix().items()}
+        states = {i: _copy_state(s) for i, s in trainer._updaters[0].states.items()}
+        counters = optimizer_counters(trainer._updaters[0].optimizer)
+        return cls(meta["step"], meta, params, states, counters, audit, complete=False)
+
+    def wait(self):
+        """Block until every copy is complete (forever if its step's collective never finishes)."""
+        for arr in _arrays(list(self.params.values()) + list(self.states.values())):
+            arr.wait_to_read()
+        self.complete = True
+        return self
+
+    def payload(self, tmp):
+        """``params`` and the optimizer state without pickle: the checkpoint format (``MXNetEngine.save``'s)."""
+        import mxnet as mx  # noqa: E402 (imported by the engine that issued this snapshot)
+        save = mx.npx.save if mx.util.is_np_array() else mx.nd.save
+        save(os.path.join(tmp, "params"), self.params)
+        save_optimizer_state(mx, self.states, self.counters, tmp)
+
+
+def _copy_state(state):
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return type(state)(_copy_state(s) for s in state)
+    return state.copy()
+
+
+def _arrays(items):
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, (tuple, list)):
+            yield from _arrays(item)
+        else:
+            yield item
 
 
 def trainer_updaters(trainer):

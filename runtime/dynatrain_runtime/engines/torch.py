@@ -16,9 +16,10 @@ there; alone (none of it) the worker is a world of one without a process group.
 * Checkpoints: ``model.pt`` and ``optimizer.pt``, ``torch.save`` of the ``state_dict``s, loaded
   with ``torch.load(..., weights_only=True)``: tensors and plain containers only, never an
   arbitrary pickle (``read_state``).
-* The boundary snapshot for survivor recovery (``TorchSnapshot``): CPU clones of both
-  ``state_dict``s taken after the step (complete when taken: the step's collectives have
-  returned), written in the checkpoint format when a survivor is asked.
+* The boundary snapshot (``TorchSnapshot``): CPU clones of both ``state_dict``s taken after the
+  step (complete when taken: the step's collectives have returned; from a GPU through pinned
+  memory), written in the checkpoint format when a survivor is asked (survivor recovery) and by
+  the background writer for a periodic checkpoint (``script/ckpt_writer.py``).
 * A collective with a dead peer *raises* here (gloo: "Connection reset by peer"; or hangs until
   the timeout for a host that vanished): ``is_peer_error`` tells such errors from the
   script's own, so ``Elastic`` keeps the survivor alive for the launcher's ``recover``.
@@ -32,10 +33,12 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import threading
 import time
+import weakref
 
-from ..script import devices
-from ..script.recovery import BoundarySnapshot, boundary_meta
+from . import devices
+from .snapshot import Snapshot, boundary_meta
 
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -115,16 +118,109 @@ def pick_device(torch, environ=None):
     return torch.device("cpu")
 
 
-def clone_to_cpu(state):
-    """A deep copy of a ``state_dict`` with every tensor cloned to the CPU (plain values kept)."""
+def clone_to_cpu(state, reuse=None):
+    """A deep copy of a ``state_dict`` with every tensor cloned to the CPU (plain values kept), complete on return.
+
+    A GPU tensor goes to pinned (page-locked) host memory by an asynchronous copy on its device's current
+    stream; one synchronisation per device at the end, instead of a blocking pageable copy per tensor.
+    ``reuse``: an iterator of host tensors of the same layout (a freed snapshot's, ``HostBuffers``) copied
+    into instead of fresh memory -- a fresh copy of a large state costs ~4x more, in first-touch page faults.
+    """
     import torch
+    gpus = set()
+    out = _clone_to_cpu(torch, state, gpus, reuse)
+    for device in gpus:
+        torch.cuda.current_stream(device).synchronize()
+    return out
+
+
+def _clone_to_cpu(torch, state, gpus, reuse):
     if isinstance(state, torch.Tensor):
-        return state.detach().to("cpu", copy=True)
+        tensor = state.detach()
+        if tensor.is_cuda:
+            gpus.add(tensor.device)
+        into = next(reuse) if reuse is not None else None
+        if into is None:
+            into = torch.empty(tensor.size(), dtype=tensor.dtype, pin_memory=tensor.is_cuda)
+        return into.copy_(tensor, non_blocking=tensor.is_cuda)
     if isinstance(state, dict):
-        return type(state)((k, clone_to_cpu(v)) for k, v in state.items())
+        return type(state)((k, _clone_to_cpu(torch, v, gpus, reuse)) for k, v in state.items())
     if isinstance(state, (list, tuple)):
-        return type(state)(clone_to_cpu(v) for v in state)
+        return type(state)(_clone_to_cpu(torch, v, gpus, reuse) for v in state)
     return state
+
+
+def _tensors(state, torch):
+    """The tensors of a (nested) state, in ``clone_to_cpu``'s order."""
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for value in state.values():
+            yield from _tensors(value, torch)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _tensors(value, torch)
+
+
+class HostBuffers:
+    """Host memory of freed snapshots, reused by the next (``keep`` sets at most, matched by layout).
+
+    A snapshot's tensors come back here when the snapshot object is freed (``weakref.finalize``; whoever
+    still uses a snapshot holds the object), so a buffer is never overwritten while a snapshot uses it.
+    """
+
+    def __init__(self, keep=1):
+        self.keep = keep
+        self._free = []                   # (layout, [tensor, ...])
+        self._lock = threading.Lock()
+
+    def take(self, layout):
+        """A free set of tensors with ``layout`` (shape, dtype, from-GPU), or None."""
+        with self._lock:
+            for i, (have, tensors) in enumerate(self._free):
+                if have == layout:
+                    del self._free[i]
+                    return tensors
+        return None
+
+    def give(self, layout, tensors):
+        with self._lock:
+            self._free.append((layout, tensors))
+            del self._free[:-self.keep]
+
+    @staticmethod
+    def layout(states):
+        """What a set of buffers for ``states`` must match: (shape, dtype, from-GPU) of each tensor, in order."""
+        import torch
+        return [(tuple(t.shape), t.dtype, t.is_cuda) for state in states for t in _tensors(state, torch)]
+
+    def prepare(self, states):
+        """Allocate and touch a set of buffers for ``states`` on a background thread, into the pool: the first
+        snapshot then pays for copying only, not for the first touch of fresh memory."""
+        layout = self.layout(states)
+
+        def allocate():
+            import torch
+            self.give(layout, [torch.empty(shape, dtype=dtype, pin_memory=pinned).zero_()
+                               for shape, dtype, pinned in layout])
+        threading.Thread(target=allocate, name="dt-snapshot-buffers", daemon=True).start()
+
+    def clone(self, states):
+        """CPU copies of each of ``states`` (``clone_to_cpu``), into reused memory where a free set matches;
+        ``(copies, release)``: ``release(snapshot)`` gives the memory back once ``snapshot`` is freed."""
+        import torch
+        layout = self.layout(states)
+        reused = self.take(layout)
+        it = iter(reused) if reused is not None else None
+        gpus = set()
+        copies = [_clone_to_cpu(torch, state, gpus, it) for state in states]
+        for device in gpus:
+            torch.cuda.current_stream(device).synchronize()
+        held = [t for copy in copies for t in _tensors(copy, torch)]
+
+        def release(snapshot):
+            weakref.finalize(snapshot, self.give, layout, held)
+        return copies, release
 
 
 def save_state(tmp, model_state, optimizer_state):
@@ -144,27 +240,25 @@ def read_state(path, map_location="cpu"):
     return torch.load(path, map_location=map_location, weights_only=True)
 
 
-class TorchSnapshot(BoundarySnapshot):
-    """A step boundary's state: CPU clones of the model's and optimizer's ``state_dict`` (complete when taken)."""
+class TorchSnapshot(Snapshot):
+    """A step boundary's state: CPU clones of the model's and optimizer's ``state_dict`` (complete when taken:
+    the step's collectives have returned)."""
 
     @classmethod
-    def take(cls, module, optimizer, meta, audit_log=None):   # pylint: disable=arguments-renamed
+    def issue(cls, module, optimizer, meta, audit_log=None, buffers=None):   # pylint: disable=arguments-renamed
+        """``buffers``: a ``HostBuffers`` whose memory the copies reuse (and get back when this is freed)."""
         meta, audit = boundary_meta(meta, audit_log)
-        return cls(meta["step"], meta, clone_to_cpu(module.state_dict()), clone_to_cpu(optimizer.state_dict()),
-                   None, audit, complete=True)
+        if buffers is None:
+            return cls(meta["step"], meta, clone_to_cpu(module.state_dict()), clone_to_cpu(optimizer.state_dict()),
+                       None, audit, complete=True)
+        (params, states), release = buffers.clone([module.state_dict(), optimizer.state_dict()])
+        snap = cls(meta["step"], meta, params, states, None, audit, complete=True)
+        release(snap)
+        return snap
 
-    issue = take
-
-    def wait(self):
-        return self
-
-    def ready_within(self, timeout):
-        return True
-
-    def write(self, store, **recovery):   # pylint: disable=arguments-differ
-        """Commit this snapshot as checkpoint ``step`` in the regular format; returns its path."""
-        return store.write(self.step, self.checkpoint_meta(**recovery),
-                           lambda tmp: save_state(tmp, self.params, self.states))
+    def payload(self, tmp):
+        """``model.pt`` and ``optimizer.pt``: the checkpoint format (``TorchEngine.save``'s)."""
+        save_state(tmp, self.params, self.states)
 
 
 class TorchEngine:
@@ -193,6 +287,7 @@ class TorchEngine:
             self.rank, self.world = 0, 1
         self.module = self.optimizer = None
         self._model = None
+        self._host = HostBuffers()        # the boundary snapshots' host memory, reused
 
     # ----------------------------------------------------------------- devices, model
     def devices(self):
@@ -269,12 +364,13 @@ class TorchEngine:
         return t.cpu().numpy()
 
     # ----------------------------------------------------------------- recovery
-    def snapshot(self, meta, audit_log=None):
-        return TorchSnapshot.take(self.module, self.optimizer, meta, audit_log)
+    def prepare_snapshots(self):
+        """Get host memory for the boundary snapshots ready in the background (after a step: the optimizer's
+        state exists), so that the first periodic checkpoint stalls the training thread no longer than the next."""
+        self._host.prepare([self.module.state_dict(), self.optimizer.state_dict()])
 
-    @staticmethod
-    def write_snapshot(snap, store, **recovery):
-        return snap.write(store, **recovery)
+    def snapshot(self, meta, audit_log=None):
+        return TorchSnapshot.issue(self.module, self.optimizer, meta, audit_log, buffers=self._host)   # complete
 
     @staticmethod
     def is_peer_error(exc):

@@ -1,5 +1,5 @@
 """The digits example with the torch engine (``dt-train-digits --engine torch``): the same nets, data,
-global batch, flags and accuracy bar as the MXNet path of ``train_digits``, with the helper API::
+global batch, flags and accuracy bar as ``mxnet_digits`` (both on ``digits_common``), with the helper API::
 
     el = Elastic(..., engine="torch")
     model, opt = el.wrap(model, opt)          # el.device; DistributedDataParallel when world > 1
@@ -15,12 +15,12 @@ Under the launcher (``--engine torch``) every worker gets torchrun's environment
 """
 from __future__ import annotations
 
-from dynatrain_runtime import Elastic
-from dynatrain_runtime.examples.train_digits import epoch_reporter, say_start, simulate_compute, write_final
+from dynatrain_runtime.examples.digits_common import (MODELS, epoch_reporter, make_elastic, say_start,
+                                                      simulate_compute, write_final)
 
 
 def build_torch_net(model="mlp", hidden=128, inputs=64):
-    """The torch twin of ``train_digits.build_net``: ``mlp`` 64 -> hidden -> 10, or ``conv`` (two 3x3
+    """The torch twin of ``mxnet_digits.build_net``: ``mlp`` 64 -> hidden -> 10, or ``conv`` (two 3x3
     convolutions on the 8x8 image, 2x2 max pooling, hidden -> 10)."""
     from torch import nn
     if model == "mlp":
@@ -31,7 +31,7 @@ def build_torch_net(model="mlp", hidden=128, inputs=64):
                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
                              nn.MaxPool2d(2), nn.Flatten(),
                              nn.Linear(64 * 4 * 4, hidden), nn.ReLU(), nn.Linear(hidden, 10))
-    raise ValueError(f"unknown model {model!r} (one of mlp, conv)")
+    raise ValueError(f"unknown model {model!r} (one of {', '.join(MODELS)})")
 
 
 def train_torch(args, x_train, y_train, x_val, y_val):
@@ -39,11 +39,7 @@ def train_torch(args, x_train, y_train, x_val, y_val):
     import torch
     import torch.nn.functional as F
 
-    el = Elastic(num_samples=len(x_train), global_batch=args.global_batch, epochs=args.epochs,
-                 seed=args.seed, lr=args.lr, batch_policy=args.batch_policy,
-                 per_worker_batch=args.per_worker_batch, warmup_steps=args.warmup_steps,
-                 checkpoint_every=args.checkpoint_every, audit_samples=args.audit_samples,
-                 checkpoint_dir=args.checkpoint_dir, keep_checkpoints=args.keep_checkpoints, engine="torch")
+    el = make_elastic(args, len(x_train), engine="torch")
     torch.manual_seed(args.seed)
     model = build_torch_net(args.model, args.hidden, x_train.shape[1])
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)

@@ -24,7 +24,13 @@ import sys
 import threading
 import time
 
+from ..contract.protocol import MSG_PREFIX
 from .localgroup import ALIVE_LINE, end_groups, run_group
+
+
+def exited_line(rc):
+    """The wrapper's last ``@@DT`` line: its command ended with ``rc`` (the launcher waits for it over ssh)."""
+    return (MSG_PREFIX + json.dumps({"kind": "exited", "rc": rc}) + "\n").encode()
 
 
 def _pump_stdin(proc, done):
@@ -67,6 +73,15 @@ def _alive_messages(proc, period, done):
     forwarder.start()
     threading.Thread(target=beat, daemon=True).start()
     return forwarder
+
+
+def _say_exited(forwarder, rc):
+    """``--alive``: after the child's last lines, say "exited" (a torchrun script's stop waits for it)."""
+    forwarder.join(timeout=2.0)
+    try:
+        os.write(1, exited_line(rc))
+    except OSError:
+        pass
 
 
 def _read_env_line(line):
@@ -118,6 +133,8 @@ def child_main(argv):
 
     def on_signal(signum, _frame):
         end_groups([proc])
+        if forwarder is not None:
+            _say_exited(forwarder, proc.returncode)
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -134,7 +151,7 @@ def child_main(argv):
     except OSError:
         pass
     if forwarder is not None:
-        forwarder.join(timeout=2.0)          # the child's last lines
+        _say_exited(forwarder, rc)
     sys.stdout.flush()
     # os._exit: the pump thread is blocked in a buffered stdin read, and a normal interpreter
     # exit would abort ("_enter_buffered_busy") on Python 3.11.

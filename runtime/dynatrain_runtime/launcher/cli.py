@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..engines import ENGINES
-from ..contract.protocol import RESIZE_AT, SCRIPT_APIS
+from ..contract.protocol import RESIZE_AT, RESIZE_MODES, SCRIPT_APIS
 from .child import child_main
 from .loop import Launcher
 
@@ -79,6 +79,15 @@ def parse_args(argv=None):
     ap.add_argument("--metrics-address", default="127.0.0.1",
                     help="the address the metrics listen on: the master's private one on a cluster [%(default)s]")
     ap.add_argument("--resize-at", choices=RESIZE_AT, default="step")
+    ap.add_argument("--resize-mode", choices=RESIZE_MODES, default="auto",
+                    help="in-place: a change keeps the survivors' processes and state (the process group is "
+                         "re-formed in them, a joiner gets the state from live peers, no checkpoint); restart: "
+                         "every process exits and the next generation resumes from a checkpoint; auto: in-place "
+                         "for --engine torch with the helper API and one process per node, else restart "
+                         "[%(default)s]")
+    ap.add_argument("--regroup-timeout", type=float, default=30.0,
+                    help="in place: a re-formed group must make its first step within this, s, else the job "
+                         "goes on by the restart path (from a survivor's boundary state) [%(default)s]")
     ap.add_argument("--port-base", type=int, default=9091,
                     help="scheduler (torch: MASTER_PORT) port = base + generation %% 500")
     ap.add_argument("--num-servers", "--servers", dest="num_servers", type=servers_arg, default=1,
@@ -122,6 +131,9 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.script_api == "torchrun" and args.engine != "torch":
         ap.error("--script-api torchrun runs a script written for torchrun: it needs --engine torch")
+    if args.resize_mode == "in-place" and (args.engine != "torch" or args.script_api != "elastic"):
+        ap.error("--resize-mode in-place keeps the processes of a torch job that uses the helper API: it needs "
+                 "--engine torch and --script-api elastic (MXNet's ps-lite cannot change its worker count in place)")
     if args.engine != "torch" and args.procs_per_node not in ("auto", 1):
         ap.error("--procs-per-node: MXNet runs one worker per node (it uses every GPU of the node): torch only")
     if args.script_args and args.script_args[0] == "--":

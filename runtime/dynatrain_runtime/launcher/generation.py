@@ -12,9 +12,48 @@ wall clock (NTP, a VM resumed) must not look like silence or a stall.
 
 from __future__ import annotations
 
+import math
 import time
 
 from ..contract.protocol import EXIT_STOPPED
+from ..contract.shared_volume import clean_text
+
+# A worker's ``@@DT`` message is hostile input (the user's code, its dependencies, a compromised
+# node): the fields the launcher uses are coerced here, once, and a field of the wrong type is dropped.
+INT_FIELDS = ("step", "epoch", "rank", "generation", "rc", "world")
+FLOAT_FIELDS = ("samples_per_s", "seconds", "time")
+TEXT_FIELDS = ("kind", "path", "reason", "error", "host", "role", "state", "at")
+MAX_INT = 1 << 62
+
+
+def clean_int(value, default=None):
+    """An int (not a bool, not beyond +-2**62), else ``default``."""
+    if isinstance(value, int) and not isinstance(value, bool) and -MAX_INT < value < MAX_INT:
+        return value
+    return default
+
+
+def clean_message(msg):
+    """A copy of a worker's message whose known fields have their types (``None``: not a message)."""
+    if not isinstance(msg, dict):
+        return None
+    out = dict(msg)
+    for key in INT_FIELDS:
+        if key in out and clean_int(out[key]) is None:
+            del out[key]
+    for key in FLOAT_FIELDS:
+        value = out.get(key)
+        if key in out and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                               and math.isfinite(value)):
+            del out[key]
+    for key in TEXT_FIELDS:
+        if key in out:
+            out[key] = clean_text(out[key], limit=1000)
+    if "phases" in out and not isinstance(out["phases"], dict):
+        del out["phases"]
+    if "failed" in out and not isinstance(out["failed"], list):
+        del out["failed"]
+    return out
 
 
 class Generation:
@@ -67,12 +106,13 @@ class Generation:
 
     def on_heartbeat(self, proc, msg):
         """Record a worker's heartbeat; True when it is this generation's first step."""
+        msg = clean_message(msg) or {}
         proc.last_hb = msg
         if msg.get("state") == "stopped":
             proc.stopped = True
         self.hb[proc.host] = msg
         self.started_hosts.add(proc.host)
-        step = int(msg.get("step", 0))
+        step = clean_int(msg.get("step"), 0)
         if step > self.max_step:
             now = time.monotonic()
             if self._rate_ref is not None and self.first_step_at is not None:
@@ -81,7 +121,7 @@ class Generation:
             self._rate_ref = (now, step)
             self.max_step = step
             self.progress_at = now
-        self.epoch = msg.get("epoch", self.epoch)
+        self.epoch = clean_int(msg.get("epoch"), self.epoch)
         if msg.get("rank") == 0 and msg.get("samples_per_s"):
             self.samples_per_s = float(msg["samples_per_s"])
         return self.first_step_at is None and step > self.resume_step

@@ -20,7 +20,6 @@ no valid host_worker, no checkpoint that verifies) need a person, and status.jso
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -32,15 +31,16 @@ import traceback
 from ..contract.checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
 from ..contract.protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
                                  stop_command)
-from ..contract.shared_volume import (WARM_TTL, JobFiles, clear_drain_request, clear_stop_request, clear_warm_request,
-                                      read_drain_requests, read_warm_requests, warm_dir, write_json,
-                                      write_stop_request)
-from .generation import Generation
+from ..contract.shared_volume import (WARM_TTL, JobFiles, clean_text, clear_drain_request, clear_stop_request,
+                                      clear_warm_request, is_number, read_drain_requests, read_json,
+                                      read_warm_requests, warm_dir, write_json, write_stop_request)
+from .generation import Generation, clean_int, clean_message
 from .membership import Membership
 from .metrics import Metrics, serve as serve_metrics
 from .proc import Proc, reap
 from .records import Records
 from .spares import SparePool, server_hosts
+from .inplace import make_strategy
 from .torchenv import free_port, procs_per_node, torch_worker_env
 from .transport import Transport, secret_env
 
@@ -48,6 +48,22 @@ from .transport import Transport, secret_env
 RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
 PLAIN_ALIVE_S = 1.0         # a torchrun script's wrapper says "alive" this often
 PLAIN_CONFIRM_S = 2.0       # a torchrun script's group is in effect once all its processes lived this long
+PLAIN_PROGRESS_S = 60.0     # a torchrun script's group that trained this long made progress (it reports no steps)
+MAX_WARM_REQUESTS = 8       # hosts warmed ahead of their join at once: each is a process (an ssh) and a thread
+
+
+def saved_generation(path):
+    """The generation counter in ``control/launcher_state.json``, 0 when it holds none: the volume is
+    writable by every node, so any other content (a list, a string, bytes, a negative) is ignored."""
+    state = read_json(path)
+    value = clean_int(state.get("generation")) if isinstance(state, dict) else None
+    return value if value is not None and value >= 0 else 0
+
+
+def drain_fields(req):
+    """The fields of a drain request (a node's own file) that go into the records: typed, printable, short."""
+    return {"reason": clean_text(req.get("reason")), "notice": clean_text(req.get("notice")),
+            "requested_at": req.get("time") if is_number(req.get("time")) else None}
 
 
 def wall_clock_resize(resize):
@@ -70,6 +86,7 @@ class Launcher:
         self.store.warn = self._checkpoint_skipped
         self.exit = None                        # why the launcher ended (status.json), once it did
         self.warm_seen = {}                     # ip -> (its warm request, monotonic time first seen)
+        self.warm_capped = None                 # how many warm requests were over the cap when last said
         self.retry_writes_at = 0.0              # monotonic: when to retry failed log/host_worker writes
         self.members = Membership(self.files, self.records, master=args.master)
         self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
@@ -96,6 +113,7 @@ class Launcher:
         self.step_time = 0.0                    # the last generation's observed s/step (timeouts scale)
         self.last_start_s = 0.0                 # the last generation's start -> first step, s
         self.judge_silence_after = 0.0          # monotonic: no silence judged before (see _note_own_stall)
+        self.inplace = make_strategy(self)      # --resize-mode: survivors kept in place (None: restart path)
 
     @property
     def master(self):
@@ -152,6 +170,8 @@ class Launcher:
                "DT_RECOVERY": self.args.recovery, "DT_ENGINE": self.args.engine}
         if not self.plain:
             env["DT_ASSIGN"] = "stdin"          # a warm process waits for its generation's environment
+        if self.inplace is not None:
+            env.update(self.inplace.env())
         if self.args.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
                 env[key] = str(self.args.omp_threads)
@@ -177,6 +197,7 @@ class Launcher:
                                      procs=self.procs)
         proc = Proc(host, "worker", cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
         proc.role, proc.generation, proc.label = "worker", gid, f"worker@{host}"
+        proc.remote = not self.transport.is_local(host)     # ended through its wrapper, not its ssh (``end``)
         proc.assigned_at = proc.started
         return proc
 
@@ -256,7 +277,7 @@ class Launcher:
         g.stop_mode = at
         for w in g.workers.values():                             # first: the workers get it on stdin
             if self.plain:
-                w.terminate()                   # a torchrun script: ended, started again (torchrun's way)
+                w.end()     # a torchrun script: ended (its wrapper says "exited"), started again (torchrun's way)
             else:
                 w.send(stop_command(g.id, at, reason))
         write_stop_request(self.files, g.id, reason, at=at)      # the record (an fsync: after the sends)
@@ -275,6 +296,9 @@ class Launcher:
             g.workers[h].send(cmd)
 
     def handle_msg(self, proc, msg):
+        msg = clean_message(msg)            # a worker's output is hostile input: typed fields, or dropped
+        if msg is None:
+            return
         g = self.gen
         kind = msg.get("kind")
         if kind == "ready":
@@ -283,6 +307,9 @@ class Launcher:
         if kind == "alive":
             proc.last_alive = time.monotonic()
             return
+        if kind == "exited":                    # the wrapper's last word: its command has ended
+            proc.wrapper_rc = msg.get("rc")
+            return
         if g is None or msg.get("generation") != g.id:
             return
         proc.last_alive = time.monotonic()
@@ -290,20 +317,35 @@ class Launcher:
             if g.on_heartbeat(proc, msg):
                 self.on_first_step(g, proc, msg)
         elif kind == "checkpoint":
-            g.last_ckpt = self.reported_ckpt = msg.get("path")
+            path = self._checkpoint_path(msg.get("path"))
+            if path is not None:
+                g.last_ckpt = self.reported_ckpt = path
             g.progress_at = time.monotonic()
         elif kind == MSG_STOP_ACK:
-            g.stop_acks[proc.host] = int(msg.get("step", 0))
+            g.stop_acks[proc.host] = msg.get("step", 0)
         elif kind == "recovery":
-            g.recovery = dict(msg, received_at=time.monotonic())
-            if msg.get("ok") and msg.get("path"):
-                self.reported_ckpt = msg["path"]
+            path = self._checkpoint_path(msg.get("path"))
+            g.recovery = dict(msg, path=path, received_at=time.monotonic())
+            if msg.get("ok") and "step" not in msg:
+                g.recovery["ok"] = False        # a state without its step cannot be resumed from
+            if g.recovery.get("ok") and path:
+                self.reported_ckpt = path
         elif kind == "done":
             g.done = proc.done = True
-            g.max_step = max(g.max_step, int(msg.get("step", 0)))
+            g.max_step = max(g.max_step, msg.get("step", 0))
         elif kind == "peer_lost":               # torch: its collective raised; it waits for "recover"
             self.out(f"generation {g.id}: worker {proc.host} (rank {msg.get('rank')}) lost a peer at step "
                      f"{msg.get('step')}: {msg.get('error')}")
+
+    def _checkpoint_path(self, path):
+        """A path a worker reported, if it is a ``ckpt-*`` directory on the volume or in the checkpoint
+        directory; else None (the launcher reads no meta.json a worker named on the master's own disk)."""
+        if not isinstance(path, str) or not path or "\0" in path:
+            return None
+        full = os.path.abspath(path)
+        ok = os.path.basename(full).startswith("ckpt-") and any(
+            full.startswith(os.path.abspath(top) + os.sep) for top in (self.efs, self.store.directory))
+        return full if ok else None
 
     def on_first_step(self, g, proc, msg):
         g.first_step_at = time.monotonic()
@@ -352,17 +394,16 @@ class Launcher:
         requests = read_drain_requests(self.files)
         new = [ip for ip in requests if ip in g.membership and ip not in self.draining]
         for ip in new:
-            req = requests[ip]
+            req = drain_fields(requests[ip])
             if ip == self.master:
-                self.out(f"drain requested for the master {ip} ({req.get('reason')}): the master cannot leave; "
+                self.out(f"drain requested for the master {ip} ({req['reason']!r}): the master cannot leave; "
                          "the job checkpoints every --checkpoint-every steps")
-                self.event("drain_refused", ip=ip, reason=req.get("reason"), notice=req.get("notice"))
+                self.event("drain_refused", ip=ip, reason=req["reason"], notice=req["notice"])
                 clear_drain_request(self.files, ip)
                 continue
             self.draining[ip] = req
-            self.out(f"drain requested for {ip} ({req.get('reason')}): it leaves at the next step boundary")
-            self.event("drain_requested", ip=ip, reason=req.get("reason"), notice=req.get("notice"),
-                       requested_at=req.get("time"))
+            self.out(f"drain requested for {ip} ({req['reason']!r}): it leaves at the next step boundary")
+            self.event("drain_requested", ip=ip, **req)
         leaving = [ip for ip in new if ip in self.draining]
         if leaving:
             self.members.drop(leaving)
@@ -400,10 +441,23 @@ class Launcher:
                 expected.append(ip)
         for ip in [ip for ip in self.warm_seen if ip not in requests]:      # deleted by someone else
             del self.warm_seen[ip]
+        expected = self._cap_warm(sorted(expected))
         started = self.spares.expect(expected)
         if started:
             self.out(f"warm request for {started}: starting their processes before they join")
             self.event("warm_request", hosts=started)
+
+    def _cap_warm(self, expected):
+        """At most MAX_WARM_REQUESTS hosts warmed ahead of their join (any node can write a request);
+        the rest wait for their host_worker edit, as without a request.  Said once per excess."""
+        if len(expected) <= MAX_WARM_REQUESTS:
+            self.warm_capped = None
+            return expected
+        if self.warm_capped != len(expected):
+            self.warm_capped = len(expected)
+            self.out(f"WARNING {len(expected)} warm requests: warming only the first {MAX_WARM_REQUESTS}")
+            self.event("warm_requests_capped", requested=len(expected), warmed=expected[:MAX_WARM_REQUESTS])
+        return expected[:MAX_WARM_REQUESTS]
 
     def _check_host_worker(self, g, now):
         """Start a resize when host_worker names another membership (or a node asked to be drained)."""
@@ -565,7 +619,8 @@ class Launcher:
         Their training threads are blocked in a collective with the dead peer; the request is
         served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
         """
-        if self.args.recovery != "survivor" or g.first_step_at is None or g.plain:
+        if self.args.recovery != "survivor" or g.plain or (g.first_step_at is None
+                                                           and not getattr(g, "holds_state", False)):
             return None                         # before its first step the group is at its resume point
         t0 = time.monotonic()
         deadline = t0 + self.args.recover_timeout
@@ -600,8 +655,22 @@ class Launcher:
             self.event("worker_failed", generation=g.id, ip=host, reason=why,
                        dropped=host != self.master and host not in g.script_failed)
 
-    def handle_failure(self, g, failed, recovery=None):
+    def made_progress(self, g, now=None):
+        """Did generation ``g`` move the job on?  Steps past its resume point; a torchrun script (no steps):
+        a group that trained PLAIN_PROGRESS_S.  The give-up counter counts failures in a row without it."""
+        if not g.plain:
+            return g.max_step > g.resume_step
+        end = g.failed_at or (time.monotonic() if now is None else now)
+        return g.first_step_at is not None and end - g.first_step_at >= PLAIN_PROGRESS_S
+
+    def count_failure(self, g):
+        """One more failed generation; the count starts again after one that made progress."""
+        if self.made_progress(g):
+            self.failures_without_progress = 0
         self.failures_without_progress += 1
+
+    def handle_failure(self, g, failed, recovery=None):
+        self.count_failure(g)
         drop = [h for h in g.lost(failed) if h != self.master]
         for host in drop:
             self.members.append_log("FAILED", host)
@@ -617,7 +686,7 @@ class Launcher:
         # that a periodic save had written already: the same state, nothing lost
         from_survivor = mark.get("generation") == g.id or bool(
             latest and recovery and recovery.get("ok") and recovery.get("path") == latest[0])
-        stop_step = max(g.max_step, int(recovery["step"]) if recovery else 0)     # last completed step
+        stop_step = max(g.max_step, clean_int((recovery or {}).get("step"), 0))     # last completed step
         self.pending_resize = {"detected_at": g.failed_at or time.monotonic(), "from": g.membership,
                                "to": [h for h in g.membership if h not in drop], "from_world": g.world,
                                "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
@@ -626,7 +695,9 @@ class Launcher:
                                "recomputed_steps": max(0, stop_step - resume_step)}
         if recovery:
             self.pending_resize["recovery_s"] = recovery.get("seconds_total")
-        if g.plain:
+        if self.inplace is not None and self.inplace.holding(g):
+            self.inplace.annotate(self.pending_resize)
+        elif g.plain:
             self.pending_resize.update(recovered_from="script", resume_step=None, recomputed_steps=None)
             self.out(f"generation {g.id}: restarting the script on {self.pending_resize['to']} "
                      "(it resumes from its own checkpoint)")
@@ -685,11 +756,7 @@ class Launcher:
         a = self.args
         os.makedirs(self.files.control, exist_ok=True)
         os.makedirs(warm_dir(self.files), exist_ok=True)     # add_workers writes its warm requests there
-        try:
-            with open(self.files.launcher_state) as handle:
-                self.gen_counter = int(json.load(handle).get("generation", 0))
-        except (OSError, ValueError):
-            self.gen_counter = 0
+        self.gen_counter = saved_generation(self.files.launcher_state)
         self.install_signals()
         self.start_metrics()
         per_node = f", {self.procs} process(es) per node" if a.engine == "torch" else ""
@@ -756,7 +823,7 @@ class Launcher:
         if code is not None:
             return code
         while not self.shutdown:
-            g = self.start_generation(self.membership)
+            g = (self.inplace and self.inplace.start(self.membership)) or self.start_generation(self.membership)
             if self.pending_resize is not None:
                 g.resize, self.pending_resize = self.pending_resize, None
                 waited = g.resize.get("warm_wait_s", 0)                # training went on meanwhile
@@ -766,8 +833,10 @@ class Launcher:
             recovery = None
             if outcome == "failed":
                 self.report_failure(g, info)
-                recovery = self.recover(g, info)
-            self.teardown(g, outcome)
+                if self.inplace is None or not self.inplace.can_recover(g, info):
+                    recovery = self.recover(g, info)
+            if self.inplace is None or not self.inplace.hold(g, outcome, info):
+                self.teardown(g, outcome)
             if self.pending_resize is not None:
                 self.pending_resize["stop_step"] = g.max_step     # how far the old group got
             if outcome == "done":
@@ -783,7 +852,12 @@ class Launcher:
                     return self._finish("failed", "too_many_failures", EXIT_GAVE_UP, message=message)
             if self.shutdown:
                 break
+            if self.pending_resize is not None:      # detection -> the old group's last step (a kill: < 0)
+                r = self.pending_resize
+                r.setdefault("boundary_s", round(g.progress_at - r["detected_at"], 3))
             self._next_membership(outcome, g.lost(info) if outcome == "failed" else info)
+        if self.inplace is not None:
+            self.inplace.release(checkpoint=True)     # held survivors: rank 0 checkpoints their boundary
         return self._stop()
 
     def _train_done(self, g):

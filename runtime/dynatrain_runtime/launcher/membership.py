@@ -44,8 +44,7 @@ class Membership:
     def read(self):
         """Return the membership in host_worker, or None (keeping the last good one) on error."""
         try:
-            with open(self.files.host_worker) as handle:
-                text = handle.read()
+            text = shared_volume.read_text(self.files.host_worker)   # any bytes; no link followed
         except OSError as exc:
             text, err = None, f"cannot read {self.files.host_worker}: {exc}"
         else:

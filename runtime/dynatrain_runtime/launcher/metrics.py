@@ -19,6 +19,36 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PREFIX = "dynatrain_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 STATES = ("starting", "running", "resizing", "stopping", "finished", "failed")
+HANDLER_TIMEOUT_S = 10.0    # a connection that sends no request within this is closed
+MAX_CONNECTIONS = 16        # connections served at once (a thread each); more are closed at once
+
+
+class CappedServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` with at most ``max_connections`` handler threads: one per idle connection
+    with no cap let any peer in the security group hold a thread each (300 connections, 302 threads)."""
+
+    daemon_threads = True
+    request_queue_size = 64     # the listen backlog: a burst of connections queues, the cap then decides
+
+    def __init__(self, address, handler, max_connections=MAX_CONNECTIONS):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)      # over the cap: closed, no thread
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class Metrics:
@@ -31,6 +61,8 @@ class Metrics:
         self.drains = 0
         self.recomputed = 0
         self.recovery_seconds = None      # the last failure's resize: detection -> first new step
+        self.peer_bytes = 0               # in place: state bytes moved peer to peer by every change
+        self.last_change = None           # in place: the last change's {pause_s, transfer_s, transfer_mb_s}
         self._checkpoint = (None, None)   # (path, monotonic time first seen)
 
     def observe(self, event, fields):
@@ -41,6 +73,10 @@ class Metrics:
                 self.recomputed += int(fields.get("recomputed_steps") or 0)
                 if reason == "failure" and fields.get("total_s") is not None:
                     self.recovery_seconds = float(fields["total_s"])
+                if fields.get("mode") == "in-place":
+                    self.peer_bytes += int(fields.get("bytes_moved") or 0)
+                    self.last_change = {k: float(fields.get(k) or 0.0)
+                                        for k in ("pause_s", "transfer_s", "transfer_mb_s")}
             elif event == "worker_failed":
                 self.failures += 1
             elif event == "drain_requested":
@@ -90,6 +126,7 @@ class Metrics:
             resizes = dict(self.resizes)
             failures, drains, recomputed, recovery = self.failures, self.drains, self.recomputed, \
                 self.recovery_seconds
+            peer_bytes, last_change = self.peer_bytes, dict(self.last_change or {})
         metric("resizes_total", "counter", "Membership changes that took effect, by reason.",
                [({"reason": r}, n) for r, n in sorted(resizes.items())] or [({"reason": "change"}, 0)])
         metric("worker_failures_total", "counter", "Workers the launcher saw fail.", [({}, failures)])
@@ -98,6 +135,15 @@ class Metrics:
         if recovery is not None:
             metric("recovery_seconds", "gauge", "The last failure's detection -> first step of the new group.",
                    [({}, recovery)])
+        if last_change:
+            metric("peer_transfer_bytes_total", "counter", "State bytes moved peer to peer by in-place changes.",
+                   [({}, peer_bytes)])
+            metric("resize_pause_seconds", "gauge", "The last in-place change's pause of the survivors.",
+                   [({}, last_change["pause_s"])])
+            metric("resize_transfer_seconds", "gauge", "The last in-place change's peer transfer, s.",
+                   [({}, last_change["transfer_s"])])
+            metric("resize_transfer_mb_per_second", "gauge", "The last in-place change's transfer rate.",
+                   [({}, last_change["transfer_mb_s"])])
         if hosts:
             metric("host_state", "gauge", "Each host of the job by its state (1).",
                    [({"host": ip, "state": st}, 1) for ip, st in sorted(hosts.items())])
@@ -116,9 +162,10 @@ def _number(value):
     return repr(float(value))
 
 
-def serve(address, port, scrape, say):
+def serve(address, port, scrape, say, timeout=HANDLER_TIMEOUT_S, max_connections=MAX_CONNECTIONS):
     """Serve ``scrape()`` at ``http://address:port/metrics`` on a daemon thread; the server, or None
-    when the port cannot be bound (said with ``say``: the job goes on without metrics)."""
+    when the port cannot be bound (said with ``say``: the job goes on without metrics).  A connection
+    is closed after ``timeout`` s without a request; at most ``max_connections`` are served at once."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
@@ -139,12 +186,12 @@ def serve(address, port, scrape, say):
         def log_message(self, *args):     # scrapes are not the launcher's news
             pass
 
+    Handler.timeout = timeout       # StreamRequestHandler: the socket's timeout, per connection
     try:
-        server = ThreadingHTTPServer((address, int(port)), Handler)
+        server = CappedServer((address, int(port)), Handler, max_connections=max_connections)
     except OSError as exc:
         say(f"metrics: cannot listen on {address}:{port} ({exc}); the job goes on without them")
         return None
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     say(f"metrics: http://{address}:{server.server_address[1]}/metrics")
     return server

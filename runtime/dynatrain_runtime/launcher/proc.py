@@ -28,6 +28,8 @@ class Proc:
         self.ready = False
         self.stopped = False
         self.done = False                # said "done": training finished, it is only exiting
+        self.remote = False              # runs over ssh: ``end`` leaves the ending to the remote wrapper
+        self.wrapper_rc = None           # the status in the wrapper's "exited" message, once it came
         self.rc = None
         self._msgq, self._out = msgq, out
         self.popen = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -85,6 +87,19 @@ class Proc:
                 os.killpg(self.popen.pid, signal.SIGTERM)
             except OSError:
                 pass
+
+    def end(self):
+        """End it and let it exit by itself: its wrapper ends its command on stdin's EOF, says "exited"
+        and exits.  A local one is signalled too; over ssh, a signal would end only the ssh client while
+        the remote command is still exiting (a new generation would start beside it), so only the EOF
+        goes: the ssh exits with the remote wrapper (the stop timeout bounds the wait)."""
+        if not self.remote:
+            self.terminate()
+            return
+        try:
+            self.popen.stdin.close()
+        except (OSError, ValueError):
+            pass
 
     def kill(self):
         if self.poll() is None:

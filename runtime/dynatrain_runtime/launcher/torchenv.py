@@ -18,7 +18,7 @@ import os
 import socket
 import subprocess
 
-from ..script import devices
+from ..engines import devices
 
 AUTO = "auto"
 

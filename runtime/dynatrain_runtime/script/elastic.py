@@ -48,14 +48,21 @@ Semantics:
   and rank 0 writes an atomic checkpoint (``CheckpointStore``); the loss/accuracy sums are
   aggregated with one pushpull at the end of each epoch (every step only in the audit mode,
   which also sums the sample indices to check exactly-once use);
+* a periodic checkpoint (``checkpoint_every``) costs the training thread only a boundary snapshot:
+  a background writer (``ckpt_writer``) writes, digests and fsyncs it, one at a time (one due
+  meanwhile is skipped, and said in events.jsonl); ``checkpoint_async=False`` or
+  ``DT_CHECKPOINT_ASYNC=0`` writes it on the training thread;
 * a worker that dies costs at most the step in flight and those since the newest boundary
-  snapshot (``recovery`` states the bound): each worker issues an in-memory
-  ``BoundarySnapshot`` (asynchronous copies, confirmed when the next is issued) at every
+  snapshot (``recovery`` states the bound): each worker issues an in-memory snapshot (its
+  engine's ``snapshot``: MXNet's copies are asynchronous, confirmed when the next is issued) at every
   boundary, or every few of a toy model's so they cost <= 2 % (``SNAPSHOT_BUDGET``), and,
   asked by the launcher (``recover`` on the stdin channel, served while the training
   thread is blocked with the dead peer), one survivor writes it as a recovery checkpoint
   (``DT_RECOVERY=checkpoint`` turns this off: a failure then rolls back to the last
   regular checkpoint);
+* in place (torch, the launcher's ``--resize-mode``: ``inplace``): at a change's boundary no checkpoint is
+  written and the process stays -- it re-forms the process group, a joiner receives the state from the
+  survivors, a lost peer's survivors go on from the last completed step (``docs/inplace.md``);
 * ``--batch-policy fixed-global`` (per-worker batch = global / workers) or
   ``fixed-per-worker`` with linear LR scaling warmed up over K steps
   (``LrSchedule``; Goyal et al. 2017).
@@ -84,6 +91,8 @@ from ..contract.protocol import CMD_RECOVER, CMD_STOP, CMD_STOP_AT, EXIT_STOPPED
 from ..engines import create_engine, engine_name, peer_error_check, prewarm
 from ..engines import mxnet as _mxnet_engine
 from .recovery import CONFIRM_WAIT
+from .ckpt_writer import CheckpointWriteError, CheckpointWriter, background_wanted, write_snapshot
+from .inplace import InPlaceWorker, wanted as in_place_wanted
 
 SNAPSHOT_BUDGET = 0.02     # recovery snapshots may take at most this share of the wall time (see _commit)
 # s a worker whose collective failed waits for the launcher's recover
@@ -140,7 +149,8 @@ class Elastic:
 
     def __init__(self, num_samples, global_batch, epochs, seed=0, lr=0.1, batch_policy="fixed-global",
                  per_worker_batch=None, warmup_steps=0, checkpoint_every=0, audit_samples=False,
-                 efs_mount=None, checkpoint_dir=None, keep_checkpoints=2, kvstore="dist_sync", engine=None):
+                 efs_mount=None, checkpoint_dir=None, keep_checkpoints=2, kvstore="dist_sync", engine=None,
+                 checkpoint_async=None):
         if batch_policy not in BATCH_POLICIES:
             raise ValueError(f"unknown batch policy {batch_policy!r}")
         self.num_samples = int(num_samples)
@@ -210,16 +220,27 @@ class Elastic:
         self._stop_step = None
         self._stop_mode = "step"
         self._stop_known = threading.Event()
+        self._stop_reason = None          # why the launcher stops us (in place: "resize" and "drain")
         # survivor recovery: the last confirmed boundary's state, and the newest one still copying
         self.recovery = os.environ.get("DT_RECOVERY", "survivor") == "survivor"
         self._snapshot = None
         self._pending = None
         self._snap_cost = 0.0             # s one snapshot costs the training thread (smoothed)
         self._snap_at = 0.0               # when the last one was issued
+        # rank 0's checkpoints: periodic ones written off the training thread (``ckpt_writer``)
+        self._ckpt_writer = CheckpointWriter(background_wanted(checkpoint_async), on_done=_checkpoint_written,
+                                             on_failed=_weakly(self._checkpoint_failed))
+        self._ckpt_snapshot = None        # the boundary snapshot of the last periodic checkpoint
         if self.channel is not None:     # weakly: the kvstore must be freed with us, not at interpreter exit
             self.channel.on(CMD_RECOVER, _weak_handler(self._on_recover))
             self.channel.on(CMD_STOP, _weak_handler(self._on_stop))
             self.channel.on(CMD_STOP_AT, _weak_handler(self._on_stop_at))
+        # in place (torch, --resize-mode in-place): a change keeps this process and its state (``inplace``)
+        self.inplace = InPlaceWorker(self, PEER_LOST_WAIT) if in_place_wanted(self.engine_name, self.channel) \
+            else None
+        if self.inplace is not None:
+            for kind, handler in self.inplace.handlers().items():
+                self.channel.on(kind, _weak_handler(handler))
 
     # ----------------------------------------------------------------- setup / resume
     def on_epoch_end(self, fn):
@@ -234,7 +255,9 @@ class Elastic:
         self._phases["attach"] = time.time()
         latest = None
         resume = os.environ.get("DT_RESUME_PATH")
-        if resume:   # the launcher names the checkpoint so every worker loads the same one
+        if self.inplace is not None and self.inplace.joining:
+            pass                                  # a joiner gets the state from live peers (inplace.start)
+        elif resume:   # the launcher names the checkpoint so every worker loads the same one
             latest = resume, load_meta(resume)    # its files' digests verified (CheckpointError if not)
         elif os.environ.get("DT_RESUME", "latest") == "latest":
             latest = self.store.latest()
@@ -255,7 +278,10 @@ class Elastic:
                 self.audit_log = meta.get("audit") or self.audit_log
             self.resumed_from = self.step
         self._phases["loaded"] = time.time()
-        self.engine.after_load(self._control_len)     # MXNet: the kvstore keys; torch: DDP (rank 0's state)
+        if self.inplace is not None:       # DDP with the guarded exchange behind a stable model; a joiner's state
+            self.inplace.start()
+        else:
+            self.engine.after_load(self._control_len)     # MXNet: the kvstore keys; torch: DDP (rank 0's state)
         self._phases["synced"] = time.time()
         self.engine.seed(self.seed * 1000003 + self.step * 7 + self.rank)
         self.lr.on_world(self.world, self.step)
@@ -330,6 +356,7 @@ class Elastic:
         with self._lock:
             if self._stop_gate is None:
                 self._stop_gate = self.step + 1
+            self._stop_reason = msg.get("reason")
             done = self._stop_gate - 1
         emit(MSG_STOP_ACK, generation=self.generation, host=self.host, rank=self.rank, step=done)
 
@@ -384,6 +411,9 @@ class Elastic:
             self.audit_log["steps"].append(rec)
 
     def _commit(self, batch, step_time):
+        if self.inplace is not None and self.inplace.peer_lost():
+            self.inplace.recover()         # DDP's exchange lost a peer: re-formed in place, this step redone
+            return
         local = self._local_stats
         for k, value in ((0, batch.loss), (1, batch.correct)):
             if isinstance(value, float):
@@ -397,6 +427,9 @@ class Elastic:
                 self._sync_stats(batch)
             except Exception as exc:      # torch: the all-reduce raises when a peer is gone
                 if self._peer_error is not None and self._peer_error(exc):
+                    if self.inplace is not None:
+                        self.inplace.recover(exc)   # re-formed in place from the boundary state: redo
+                        return
                     self._hold_for_launcher(exc)
                 raise
         now = time.time()
@@ -427,23 +460,32 @@ class Elastic:
         if self.epoch >= self.epochs:
             self.finished = True
         if not self.finished and self._stop_here(epoch_done):
+            if self.inplace is not None and self.inplace.applies(self._stop_reason):
+                self.inplace.pause()       # no checkpoint: regrouped in this process (or told to leave)
+                return
             self._snapshot = self._pending = None    # the stop checkpoint is the boundary state
             self.stopped = True
             self.save_checkpoint(reason="stop")
             self._emit_hb("stopped", force=True)
             return
+        taken = None
         if self.finished:
             self.save_checkpoint(reason="final")
         elif self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self.save_checkpoint(reason="periodic")
-        if self.recovery and not self.finished and now - self._snap_at >= self._snap_cost / SNAPSHOT_BUDGET:
-            self._take_snapshot(now)
+            taken = self._ckpt_snapshot            # this boundary's copy: also the recovery snapshot
+        if self.recovery and not self.finished and (
+                taken is not None or now - self._snap_at >= self._snap_cost / SNAPSHOT_BUDGET):
+            self._take_snapshot(now, taken)
         first = self.step == (self.resumed_from or 0) + 1
         if first and self._phases is not None:
             self._phases["first_step"] = now
+        if first and self.checkpoint_every and self.rank == 0 and self._ckpt_writer.background \
+                and hasattr(self.engine, "prepare_snapshots"):
+            self.engine.prepare_snapshots()   # the first checkpoint's host memory, touched in the background
         self._emit_hb("running", force=first)
 
-    def _take_snapshot(self, now):
+    def _take_snapshot(self, now, taken=None):
         """Confirm the pending snapshot, issue this boundary's.
 
         Each costs the training thread a few engine calls (a copy per array), so one is issued
@@ -457,6 +499,9 @@ class Elastic:
             # issued an interval ago and ordered before the weights' next update, which later forward
             # passes needed: this returns at once (unless that step's collective never finishes)
             self._snapshot = self._pending.wait()
+        if taken is not None:              # a periodic checkpoint's snapshot of this boundary: no second copy
+            self._pending, self._snap_at = taken, now
+            return
         self._pending = self.engine.snapshot(self.meta(), self.audit_log if self.audit else None)
         cost = time.perf_counter() - t0
         self._snap_cost = cost if not self._snap_cost else 0.8 * self._snap_cost + 0.2 * cost
@@ -482,14 +527,43 @@ class Elastic:
         return meta
 
     def save_checkpoint(self, reason="periodic"):
-        """Rank 0 writes the checkpoint of the current boundary (other ranks return at once)."""
+        """Rank 0 checkpoints the current boundary (other ranks return at once); the checkpoint's path
+        (a periodic one's: where it is being written), or None when one due is skipped.
+
+        A periodic checkpoint is this boundary's snapshot (``engine.snapshot``, survivor recovery's),
+        written, digested and fsynced by the background writer (``ckpt_writer``): the training thread
+        waits for the copy only.  One due while the last is still being written is skipped, and said in
+        events.jsonl (``checkpoint_skipped``).  The stop and final checkpoints are written here from the
+        live state, after the write in flight: the launcher takes rank 0's next message ("stopped",
+        "done") for their completion.  ``DT_CHECKPOINT_ASYNC=0``: every one written here.
+        """
         if self.rank != 0:
             return None
-        t0 = time.time()
-        path = self.store.write(self.step, self.meta(), self.engine.save)
-        emit("checkpoint", step=self.step, epoch=self.epoch, pos=self.pos, path=path, reason=reason,
-             seconds=round(time.time() - t0, 4), generation=self.generation)
-        return path
+        t0 = time.perf_counter()
+        writer = self._ckpt_writer
+        info = {"step": self.step, "epoch": self.epoch, "pos": self.pos, "reason": reason,
+                "generation": self.generation, "t0": t0}
+        self._ckpt_snapshot = None
+        if reason != "periodic" or not writer.background or not self.engine.supports_recovery():
+            in_flight = writer.writing      # (a snapshot holds the full state only where recovery works)
+            if in_flight is not None:
+                self.log_event("checkpoint_waited", step=self.step, reason=reason, writing=in_flight["step"])
+            return writer.write_now(lambda: self.store.write(self.step, self.meta(), self.engine.save), info)
+        in_flight = writer.writing
+        if in_flight is not None:
+            self.log_event("checkpoint_skipped", step=self.step, reason=reason, writing=in_flight["step"])
+            return None
+        snap = self.engine.snapshot(self.meta(), self.audit_log if self.audit else None)
+        info["stall"] = time.perf_counter() - t0
+        store = self.store
+        writer.submit(lambda: write_snapshot(store, snap), info)
+        self._ckpt_snapshot = snap
+        return store.path_for(snap.step)
+
+    def _checkpoint_failed(self, exc, info):
+        """(writer thread) A checkpoint write failed: said in events.jsonl; raised on the training thread next."""
+        self.log_event("checkpoint_failed", step=info.get("step"), reason=info.get("reason"),
+                       error=f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def _on_recover(self, msg):
         """(channel thread) A peer failed: write the last boundary's state as a recovery checkpoint."""
@@ -504,8 +578,8 @@ class Elastic:
             return
         t0 = time.time()
         try:
-            path = self.engine.write_snapshot(snap, self.store, generation=self.generation, writer=self.host,
-                                              rank=self.rank, failed=msg.get("failed") or [])
+            path = snap.write(self.store, generation=self.generation, writer=self.host,
+                              rank=self.rank, failed=msg.get("failed") or [])
         except Exception as exc:            # noqa: BLE001 - reported to the launcher, which falls back
             emit("recovery", ok=False, reason=f"{type(exc).__name__}: {exc}", **fields)
             return
@@ -526,7 +600,7 @@ class Elastic:
             time.sleep(0.1)
 
     # ----------------------------------------------------------------- reporting
-    def _emit_hb(self, state, force=False):
+    def _emit_hb(self, state, force=False, **fields):
         now = time.time()
         if not force and now - self._last_hb < 0.5:
             return
@@ -539,7 +613,7 @@ class Elastic:
                 self._phases = None
         emit("hb", state=state, generation=self.generation, host=self.host, rank=self.rank,
              world=self.world, epoch=self.epoch, pos=self.pos, step=self.step,
-             samples_per_s=round(self.samples_per_s(), 2), time=now, **extra)
+             samples_per_s=round(self.samples_per_s(), 2), time=now, **extra, **fields)
 
     def log_event(self, event, **fields):
         """Rank 0 appends a record to events.jsonl, off the training thread (``finish`` waits for it)."""
@@ -560,9 +634,14 @@ class Elastic:
         return path
 
     def finish(self):
-        """Exit status for the script: 0 = training complete, EXIT_STOPPED = stopped on request."""
-        if self._events is not None:
-            self._events.flush(timeout=FLUSH_TIMEOUT)     # bounded: a stuck volume must not hang the exit
+        """Exit status for the script: 0 = training complete, EXIT_STOPPED = stopped on request.
+
+        Waits for the checkpoint being written (raises ``CheckpointWriteError`` if it failed)."""
+        try:
+            self._ckpt_writer.wait()      # a periodic write in flight: committed before the process ends
+        finally:
+            if self._events is not None:
+                self._events.flush(timeout=FLUSH_TIMEOUT)     # bounded: a stuck volume must not hang the exit
         if self.stopped:
             return EXIT_STOPPED
         if self.finished:
@@ -581,6 +660,11 @@ def _exit_at_once(elastic):
     if getattr(sys, "last_value", None) is not None or not (elastic.finished or elastic.stopped):
         return
     code = EXIT_STOPPED if elastic.stopped else 0
+    try:
+        elastic._ckpt_writer.wait()        # pylint: disable=protected-access  (a periodic write in flight)
+    except CheckpointWriteError as exc:
+        print(f"dynatrain_runtime: {exc}", file=sys.stderr)
+        code = 1
     if "logging" in sys.modules:
         sys.modules["logging"].shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -604,6 +688,24 @@ def _hold_on_peer_errors(elastic):
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
+
+
+def _checkpoint_written(path, seconds, info):
+    """(the writing thread) Tell the launcher a checkpoint is committed: its path, the write's seconds and
+    the training thread's stall (the snapshot, or the whole write where it was written there)."""
+    stall = info.get("stall", time.perf_counter() - info["t0"])
+    emit("checkpoint", step=info["step"], epoch=info["epoch"], pos=info["pos"], path=path, reason=info["reason"],
+         seconds=round(seconds, 4), stall=round(stall, 4), generation=info["generation"])
+
+
+def _weakly(method):
+    """``method`` as a callback that does not keep its object alive (a no-op once it is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args):
+        fn = ref()
+        return fn(*args) if fn is not None else None
+    return call
 
 
 def _weak_handler(method):

@@ -132,3 +132,14 @@ def test_torch_pins_count_as_present(tmp_path):
     (wd / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("")
     (wd / "cuda_toolkit-13.0.3.0-py2.py3-none-any.whl").write_text("")
     assert cli._missing_wheels(str(req), str(wd)) == [("torch", "2.13.0")]
+
+
+def test_wheelhouse_dest_fills_the_wheelhouse_named(monkeypatch, tmp_path):
+    """--dest: the wheelhouse a playbook's preflight found lacking (dt_wheelhouse_controller_dir, issue 43)."""
+    calls = []
+    monkeypatch.setattr(cli.config, "wheelhouse_dir", lambda: str(tmp_path / "default"))
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    other = tmp_path / "other"
+    assert cli.main(["wheelhouse", "--engine", "torch", "--dest", str(other)]) == 0
+    assert [c[c.index("-d") + 1] for c in calls] == [str(other), str(other)]
+    assert other.is_dir() and not (tmp_path / "default").exists()

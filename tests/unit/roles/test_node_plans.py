@@ -168,6 +168,8 @@ def test_the_master_is_planned_with_its_ssh_client_side_and_the_volumes_owner(tm
     assert key.get("state", "file") == "file"                                     # installed, not removed
     assert files[ssh + "dynatrain_cluster.pub"]["content"].startswith("ssh-ed25519 AAAAC3")
     assert files[ssh + "known_hosts_dynatrain"]["content"] == (controller["dir"] / "known_hosts").read_text()
+    # merged into the master's under its lock, never replaced whole (issue 40: two adds dropped each other's)
+    assert files[ssh + "known_hosts_dynatrain"]["state"] == "known_hosts"
     config = files[ssh + "config"]
     assert config["state"] == "block" and "{mark}" in config["marker"] and config["mode"] == "0600"
     assert "Host 10.0.0.*" in config["content"] and "StrictHostKeyChecking yes" in config["content"]

@@ -207,12 +207,17 @@ def test_damaged_newest_checkpoint_falls_back_to_the_newest_that_verifies(tmp_pa
     assert fresh.resume_point()[1]["step"] == 10 and warned == []           # each reported once
 
 
-def test_a_legacy_checkpoint_without_digests_is_accepted(tmp_path):
-    path = tmp_path / "ckpt" / "ckpt-0000000005"
+def test_a_checkpoint_without_digests_never_verifies(tmp_path):
+    """Issue 40: any node can write ``{"step": 9999999999}`` on the volume; accepted, it became the resume
+    point (and S3's LATEST).  Without digests it is skipped for the newest one that verifies."""
+    good = ck.CheckpointStore(str(tmp_path / "ckpt")).write(10, {"step": 10, "epoch": 0}, payload())
+    path = tmp_path / "ckpt" / "ckpt-9999999999"
     path.mkdir(parents=True)
     (path / "params").write_bytes(b"x" * 10)
-    (path / "meta.json").write_text('{"step": 5, "epoch": 0}')
-    assert ck.CheckpointStore(str(tmp_path / "ckpt")).latest() == (str(path), {"step": 5, "epoch": 0})
+    (path / "meta.json").write_text('{"step": 9999999999, "epoch": 0}')
+    store = ck.CheckpointStore(str(tmp_path / "ckpt"))
+    assert store.resume_point()[0] == good
+    assert "no 'files' digests" in store.damaged[str(path)]
 
 
 def test_a_listing_error_is_an_error_not_no_checkpoints(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Device selection (dynatrain_runtime.script.devices, Elastic.ctx), the example's split across devices, gpu_check's CPU path."""
+"""Device selection (dynatrain_runtime.engines.devices, Elastic.ctx), the example's split across devices, gpu_check's CPU path."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dynatrain_runtime.script import devices
+from dynatrain_runtime.engines import devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -73,7 +73,7 @@ def test_contexts():
 
 
 def test_device_shares_pad_with_weight_zero():
-    from dynatrain_runtime.examples.train_digits import device_shares
+    from dynatrain_runtime.examples.mxnet_digits import device_shares
     idx, w = device_shares([7, 9], [1.0, 1.0], 4)
     assert list(idx) == [7, 9, 7, 7] and list(w) == [1, 1, 0, 0]
     idx, w = device_shares([3, 4, 5], [1.0] * 3, 2)
@@ -83,7 +83,7 @@ def test_device_shares_pad_with_weight_zero():
 SPLIT_CHECK = r"""
 import numpy as np, mxnet as mx
 from mxnet import gluon
-from dynatrain_runtime.examples.train_digits import build_net, device_shares, train_step
+from dynatrain_runtime.examples.mxnet_digits import build_net, device_shares, train_step
 from dynatrain_runtime import Elastic
 
 rng = np.random.RandomState(0)

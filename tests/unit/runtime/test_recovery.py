@@ -169,8 +169,7 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
     import mxnet as mx
     from mxnet import autograd, gluon, nd
     from dynatrain_runtime.contract.checkpoint import CheckpointStore
-    from dynatrain_runtime.engines.mxnet import MXNetEngine
-    from dynatrain_runtime.script.recovery import BoundarySnapshot
+    from dynatrain_runtime.engines.mxnet import MXNetEngine, MXNetSnapshot
 
     def build():
         mx.random.seed(1)
@@ -192,11 +191,11 @@ SNAPSHOT_SCRIPT = textwrap.dedent("""
     net, tr = build()
     step(net, tr, 0)
     audit = {"steps": [{"step": 0, "epoch": 0, "idx": [1, 2]}], "completed_epochs": []}
-    snap = BoundarySnapshot.take(net, tr, {"step": 1, "epoch": 0, "pos": 5, "audit": audit}, audit)
+    snap = MXNetSnapshot.take(net, tr, {"step": 1, "epoch": 0, "pos": 5, "audit": audit}, audit)
     want = {k: v.data().asnumpy().tolist() for k, v in net._collect_params_with_prefix().items()}
     audit["steps"].append({"step": 1, "epoch": 0, "idx": [3]})          # the next step commits ...
     step(net, tr, 1)                                                     # ... and moves the weights on
-    path = snap.write(mx, CheckpointStore(sys.argv[1]), writer="127.0.0.1", rank=0, failed=["127.0.0.2"])
+    path = snap.write(CheckpointStore(sys.argv[1]), writer="127.0.0.1", rank=0, failed=["127.0.0.2"])
     net2, tr2 = build()
     engine = MXNetEngine(kvstore="local")          # the engine's load: params, then the pickle-free states
     engine.bind(net2, tr2)

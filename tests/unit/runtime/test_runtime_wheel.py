@@ -40,9 +40,10 @@ def test_wheel_has_the_package_and_the_commands(wheel):
     with zipfile.ZipFile(wheel[0]) as zf:
         names = zf.namelist()
         entry_points = next(zf.read(n).decode() for n in names if n.endswith("entry_points.txt"))
-    for module in ("__init__", "_version", "script/elastic", "script/data", "script/recovery", "script/devices",
-                   "contract/checkpoint", "contract/shared_volume", "contract/protocol", "engines/mxnet_serve",
-                   "launcher/loop", "launcher/cli", "examples/train_digits", "examples/prepare_digits",
+    for module in ("__init__", "_version", "script/elastic", "script/data", "script/recovery", "engines/devices",
+                   "engines/snapshot", "contract/checkpoint", "contract/shared_volume", "contract/protocol",
+                   "engines/mxnet_serve", "launcher/loop", "launcher/cli", "examples/train_digits",
+                   "examples/digits_common", "examples/mxnet_digits", "examples/prepare_digits",
                    "daemons/s3sync", "daemons/spot"):
         assert f"dynatrain_runtime/{module}.py" in names, module
     assert not any("build.py" in n or "__pycache__" in n for n in names)

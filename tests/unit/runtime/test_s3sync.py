@@ -118,14 +118,19 @@ def test_prune_keeps_newest_and_latest_only_moves_forward(s3, tmp_path):
     assert sync.run_pass()
     assert {k.split("/")[1] for k in keys(s3, "checkpoints/")} == {"ckpt-0000000020", "ckpt-0000000030"}
     assert len(keys(s3, "checkpoints/")) == 6
-    # Someone else's LATEST ahead of us (a newer copy): never moved back, older ones not uploaded.
-    s3.put_object(Bucket=BUCKET, Key=PREFIX + "LATEST.json", Body=json.dumps(
-        {"checkpoint": "checkpoints/ckpt-0000000030/", "step": 30}).encode())
+    # A volume behind S3 whose newest checkpoint S3 holds (the same run, an older copy): never moved back.
+    shutil.rmtree(CheckpointStore(str(tmp_path / "checkpoints")).path_for(30))
+    assert sync.run_pass()
+    assert json.loads(body(s3, "LATEST.json"))["step"] == 30
+    # A new run on the prefix (checkpoints/ moved away, started over): backed up, LATEST moves back to it
+    # (issue 40: it was skipped, and the pass said success); the old run's newer copy is left alone.
     shutil.rmtree(str(tmp_path / "checkpoints"))
     make_ckpt(tmp_path, 25)
     assert sync.run_pass()
-    assert json.loads(body(s3, "LATEST.json"))["step"] == 30
-    assert not keys(s3, "checkpoints/ckpt-0000000025/")
+    assert json.loads(body(s3, "LATEST.json"))["step"] == 25
+    assert len(keys(s3, "checkpoints/ckpt-0000000025/")) == 3
+    assert len(keys(s3, "checkpoints/ckpt-0000000030/")) == 3
+    assert state(tmp_path)["restarted"]["previous_latest"] == 30
 
 
 def test_checkpoint_pruned_mid_pass_is_skipped(s3, tmp_path):
@@ -253,7 +258,13 @@ def test_restore_cli_exit_codes(s3, tmp_path, capsys, monkeypatch):
     assert s3sync.restore_main(["--efs", efs, "--url", URL]) == 1
     assert "no meta.json" in capsys.readouterr().err
     assert os.listdir(os.path.join(efs, "checkpoints")) == []
+    # a meta.json without digests is no checkpoint (issue 40: anyone can write one): refused, exit 1
     s3.put_object(Bucket=BUCKET, Key=PREFIX + "checkpoints/ckpt-0000000005/meta.json", Body=b'{"step": 5}')
+    assert s3sync.restore_main(["--efs", efs, "--url", URL]) == 1
+    assert "no 'files' digests" in capsys.readouterr().err
+    import hashlib
+    meta = {"step": 5, "files": {"params": {"sha256": hashlib.sha256(b"x").hexdigest(), "bytes": 1}}}
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + "checkpoints/ckpt-0000000005/meta.json", Body=json.dumps(meta).encode())
     assert s3sync.restore_main(["--efs", efs, "--url", URL]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["changed"] is True and out["step"] == 5

@@ -161,7 +161,8 @@ def test_torch_killed_worker_resumes_from_a_survivor_snapshot(tmp_path, torch_py
     # a checkpoint every 20 steps: a rollback would redo up to 19 steps, a survivor's state none
     run = LauncherRun(efs, torch_python, digits_npz, EPOCHS + ["--epochs", "12", "--step-sleep", "0.1",
                                                                "--checkpoint-every", "20"],
-                      launcher_args=TORCH + ["--status-interval", "0.3"], port_base=22000)
+                      launcher_args=TORCH + ["--resize-mode", "restart", "--status-interval", "0.3"],
+                      port_base=22000)      # the restart path (in place: test_inplace)
     try:
         wait_for(lambda: len(log_lines(efs)) >= 3, 90, "initial ADDED lines", proc=run.proc)
         warm = settle(efs, 1, 60, 150, run.proc)

@@ -270,7 +270,7 @@ def test_atomic_write_failed_rename_leaves_old_file_and_no_temp(tmp_path, monkey
     path = str(tmp_path / "host_worker")
     hwf.atomic_write(path, "10.0.0.1\n")
 
-    def broken_rename(src, dst):
+    def broken_rename(src, dst, **_dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(hwf.os, "rename", broken_rename)

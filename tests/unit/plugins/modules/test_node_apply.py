@@ -19,7 +19,8 @@ ME = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """Stand-in mount, umount and systemctl (calls in calls.log; FAIL_<program> makes one fail; the services
+    """Stand-in mount, umount and systemctl (calls in calls.log; FAIL_<program> makes one fail, and
+    FAIL_<program>_IF_FSTAB_HAS=TEXT while tmp/fstab holds TEXT; the services
     named in tmp/enabled and tmp/active are enabled and running); the kernel's mount table in tmp/mounted."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -27,6 +28,7 @@ def node(tmp_path, monkeypatch):
         (bin_dir / prog).write_text(f"""#!/bin/sh
 echo "{prog} $*" >> {tmp_path}/calls.log
 [ -n "$FAIL_{prog}" ] && {{ echo "{prog}: refused" >&2; exit 32; }}
+[ -n "$FAIL_{prog}_IF_FSTAB_HAS" ] && grep -q -- "$FAIL_{prog}_IF_FSTAB_HAS" {tmp_path}/fstab && {{ echo "{prog}: bad option" >&2; exit 32; }}
 if [ "{prog}" = systemctl ]; then
   case "$1" in
     is-enabled) grep -qx "$3" {tmp_path}/enabled 2>/dev/null; exit $? ;;
@@ -159,3 +161,43 @@ def test_the_mounted_root_gets_its_owner_and_mode_after_the_mount(node, capsys, 
     calls(node)
     again = run(capsys, node, mounts=[dict(volume(node), owner=ME, mode="0775")])
     assert again["changed"] is False and again["changed_paths"] == [] and calls(node) == []
+
+
+def mounted_volume(node, capsys):
+    """The volume mounted with its first line (bind); fstab as it is then."""
+    run(capsys, node, mounts=[volume(node)])
+    (node / "mounted").write_text(str(node / "efs"))
+    calls(node)
+    return (node / "fstab").read_text()
+
+
+def test_a_busy_volume_fails_the_remount_with_nothing_changed_and_the_next_run_retries(node, capsys, monkeypatch):
+    # issue 40: fstab was rewritten before the umount; a busy volume failed the run and left the new line, and
+    # the next run found nothing to do: the old options stayed in force (a switch to TLS never took effect)
+    before = mounted_volume(node, capsys)
+    monkeypatch.setenv("FAIL_umount", "1")
+    out = run(capsys, node, mounts=[volume(node, opts="bind,ro")])
+    assert out["failed"] and "could not be unmounted" in out["msg"] and "umount: refused" in out["msg"]
+    assert "Nothing was changed" in out["msg"]
+    assert (node / "fstab").read_text() == before and calls(node) == [f"umount {node}/efs"]
+    monkeypatch.delenv("FAIL_umount")
+    again = run(capsys, node, mounts=[volume(node, opts="bind,ro")])
+    assert again["changed"] and again["mounted"] == [str(node / "efs")]
+    assert calls(node) == [f"umount {node}/efs", f"mount {node}/efs"] and "none bind,ro 0 0" in (node / "fstab").read_text()
+
+
+def test_a_remount_whose_new_line_fails_restores_fstab_and_the_old_mount(node, capsys, monkeypatch):
+    before = mounted_volume(node, capsys)
+    monkeypatch.setenv("FAIL_mount_IF_FSTAB_HAS", "bind,tls")      # the new options do not mount; the old ones do
+    out = run(capsys, node, mounts=[volume(node, opts="bind,tls")])
+    assert out["failed"] and "mount: bad option" in out["msg"]
+    assert "/etc/fstab is as it was" in out["msg"] and "mounted again with its old line" in out["msg"]
+    assert (node / "fstab").read_text() == before
+    assert calls(node) == [f"umount {node}/efs", f"mount {node}/efs", f"mount {node}/efs"]
+
+
+def test_a_remount_that_cannot_mount_either_line_says_it_is_not_mounted(node, capsys, monkeypatch):
+    before = mounted_volume(node, capsys)
+    monkeypatch.setenv("FAIL_mount", "1")
+    out = run(capsys, node, mounts=[volume(node, opts="bind,tls")])
+    assert out["failed"] and "it is NOT mounted" in out["msg"] and (node / "fstab").read_text() == before

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -143,3 +145,116 @@ def test_a_block_entry_makes_the_file_blockinfile_makes(tmp_path, capsys, before
 def test_a_block_entry_needs_its_marker(tmp_path, capsys):
     out = run(capsys, [{"path": str(tmp_path / "c"), "state": "block", "content": "x", "marker": "# ours"}])
     assert out["failed"] and "needs marker, a line with {mark}" in out["msg"]
+
+
+def watch_modes(monkeypatch, target):
+    """Every mode ``target`` is given, by chmod or by the rename that makes it (issue 40: a new file was renamed in
+    at the umask's 0644 and chmodded to 0600 after, readable in between)."""
+    seen, real_chmod, real_rename, real_replace = [], os.chmod, os.rename, os.replace
+
+    def chmod(path, mode_, *a, **kw):
+        if os.fsdecode(path) == str(target):
+            seen.append(("chmod", mode_))
+        return real_chmod(path, mode_, *a, **kw)
+
+    def rename(src, dst, *a, **kw):
+        result = (real_rename if rename.real is real_rename else real_replace)(src, dst, *a, **kw)
+        if os.fsdecode(dst) == str(target):
+            seen.append(("rename", mode(target)))
+        return result
+
+    rename.real = real_rename
+    monkeypatch.setattr(os, "chmod", chmod)
+    monkeypatch.setattr(os, "rename", rename)
+    replace = lambda src, dst, *a, **kw: rename(src, dst, *a, **kw)  # noqa: E731
+    monkeypatch.setattr(os, "replace", replace)
+    return seen
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o000])
+def test_a_new_file_is_created_with_its_final_mode(tmp_path, capsys, monkeypatch, umask):
+    secret = tmp_path / "train.env"
+    seen = watch_modes(monkeypatch, secret)
+    old = os.umask(umask)
+    try:
+        out = run(capsys, [{"path": str(secret), "content": "TOKEN=x\n", "mode": "0600"}])
+        wide = tmp_path / "settings"
+        wide_seen = watch_modes(monkeypatch, wide)
+        run(capsys, [{"path": str(wide), "content": "A=1\n", "mode": "0644"}])     # not narrowed by the umask
+    finally:
+        os.umask(old)
+    assert out["changed_paths"] == [str(secret)] and secret.read_text() == "TOKEN=x\n"
+    assert seen and all(m == 0o600 for _how, m in seen), seen
+    assert wide_seen and all(m == 0o644 for _how, m in wide_seen) and mode(wide) == 0o644
+
+
+def test_a_rewritten_file_gets_its_new_mode_before_its_new_content(tmp_path, capsys, monkeypatch):
+    f = tmp_path / "key"
+    f.write_text("public\n")
+    os.chmod(f, 0o644)
+    seen = watch_modes(monkeypatch, f)
+    run(capsys, [{"path": str(f), "content": "secret\n", "mode": "u=rw,g=,o="}])     # symbolic works too
+    assert f.read_text() == "secret\n" and seen[0] == ("rename", 0o600) and mode(f) == 0o600
+    # no mode given: the file keeps its own
+    os.chmod(f, 0o640)
+    run(capsys, [{"path": str(f), "content": "again\n"}])
+    assert mode(f) == 0o640
+
+
+KH = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA"
+
+
+def test_a_known_hosts_entry_merges_and_never_drops_other_hosts(tmp_path, capsys):
+    # issue 40: the master's copy was replaced whole by the controller's copy as each add read it; an add that
+    # read it before another's pins dropped that add's workers (the launcher's strict checking then failed them)
+    kh = tmp_path / "known_hosts_dynatrain"
+    kh.write_text(f"# ours\n10.0.0.1 {KH}master\n10.0.0.7 {KH}addB\n10.0.0.5,54.1.2.3 {KH}old\n")
+    entry = {"path": str(kh), "state": "known_hosts", "mode": "0644",
+             "content": f"10.0.0.1 {KH}master\n10.0.0.5 {KH}new\n10.0.0.6 {KH}addA\n"}
+    out = run(capsys, [entry])
+    assert out["changed_paths"] == [str(kh)]
+    assert kh.read_text() == (f"# ours\n10.0.0.1 {KH}master\n10.0.0.7 {KH}addB\n"
+                              f"10.0.0.5 {KH}new\n10.0.0.6 {KH}addA\n")        # the re-used address re-pinned
+    assert run(capsys, [entry])["changed"] is False and mode(kh) == 0o644
+    assert (tmp_path / "known_hosts_dynatrain.lock").exists()                   # the lock its writers share
+    fresh = tmp_path / "fresh"
+    check = run(capsys, [dict(entry, path=str(fresh))], check=True)
+    assert check["changed"] and not fresh.exists() and not (tmp_path / "fresh.lock").exists()
+
+
+def test_two_known_hosts_merges_at_once_keep_both(tmp_path):
+    # two adds' module runs on the master at the same time, each with the controller's copy it read
+    kh = tmp_path / "known_hosts_dynatrain"
+    kh.write_text(f"10.0.0.1 {KH}master\n")
+    script = (
+        "import json, sys\n"
+        "from ansible.module_utils.testing import patch_module_args\n"
+        "from ansible_collections.dynatrain.elastic.plugins.modules import node_files\n"
+        "with patch_module_args({'files': [{'path': sys.argv[1], 'state': 'known_hosts', 'content': sys.argv[2]}]}):\n"
+        "    try:\n        node_files.main()\n    except SystemExit:\n        pass\n")
+    procs = []
+    for n in range(8):
+        content = f"10.0.0.1 {KH}master\n10.0.1.{n} {KH}w{n}\n"
+        procs.append(subprocess.Popen([sys.executable, "-c", script, str(kh), content], stdout=subprocess.PIPE,
+                                      env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))))
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(not o.get("failed") for o in outs), outs
+    lines = kh.read_text().splitlines()
+    assert sorted(lines) == sorted([f"10.0.0.1 {KH}master"] + [f"10.0.1.{n} {KH}w{n}" for n in range(8)])
+
+
+@pytest.mark.parametrize("entry", [
+    {"state": "known_hosts", "content": f"10.0.0.1 {KH}master\n"},
+    {"state": "line", "line": "x"},
+    {"state": "block", "content": "x", "marker": MARKER},
+])
+def test_an_edit_never_copies_a_linked_files_text(tmp_path, capsys, entry):
+    # the file is in the node user's home, the module runs as root: a planted link must not pull a secret in
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret:19000::::::\n")
+    os.chmod(secret, 0o600)
+    link = tmp_path / "known_hosts_dynatrain"
+    link.symlink_to(secret)
+    out = run(capsys, [dict(entry, path=str(link), mode="0644")])
+    assert out["failed"] and "is a link: refused" in out["msg"]
+    assert link.is_symlink() and secret.read_text() == "root:$6$secret:19000::::::\n" and mode(secret) == 0o600

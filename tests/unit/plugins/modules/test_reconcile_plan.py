@@ -221,3 +221,28 @@ def test_module_rejects_a_timeout_below_one_second(capsys):
             rp.main()
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] and "timeout=0" in out["msg"]
+
+
+def pool_node(ip, state, launched_ago, now=1_800_000_000):
+    return dict(node(ip, status="ADD_QUEUED", group="pool"), state=state, launch_time=now - launched_ago)
+
+
+def test_pool_workers_an_interrupted_fill_left_running_are_seen():
+    # issue 40: a Ctrl-C during the pool fill left running pool workers that reconcile never looked at
+    now = 1_800_000_000
+    left = pool_node(C, "running", 3600)
+    nodes = [MASTER, node(A), left, pool_node(D, "running", 60), pool_node("10.0.0.6", "stopped", 86400)]
+    out = rp.plan(nodes, [A, M], LOG, timeout=1800, now=now)
+    assert out["unparked"] == [left]                    # the young one is a fill at work; the stopped one is parked
+    assert all(left not in out[k] for k in rp.KEYS if k != "unparked") and out["launch"] == 0
+    assert [line for line in out["summary"] if C in line] == [f"i-10004 {C}: a warm-pool worker an interrupted fill "
+                                                             "left running: terminate"]
+    parked = rp.plan(nodes, [A, M], LOG, timeout=1800, now=now, park_pool=True)
+    assert parked["unparked"] == [left] and any("park it" in line for line in parked["summary"])
+
+
+def test_a_pool_worker_is_never_lost_joined_or_counted():
+    now = 1_800_000_000
+    log = LOG + [entry(3, "FAILED", C)]
+    out = rp.plan([MASTER, node(A), dict(pool_node(C, "stopped", 10), token=False)], [A, M], log, desired=3, now=now)
+    assert out["lost"] == [] and out["join"] == [] and out["unparked"] == [] and out["launch"] == 1

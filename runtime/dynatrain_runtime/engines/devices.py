@@ -7,7 +7,8 @@ non-login SSH session does not source ``/etc/profile.d/deeplearning.sh``, so
 when the variable is not in the environment it is read from that file (the
 node's own value; ``DT_NODE_ENV_FILE`` moves it). Standard library only at
 import time; the choice is a pure function (``plan_devices``), unit-tested
-without MXNet or GPUs.
+without MXNet or GPUs.  Read by both engines (MXNet's ``contexts``, torch's
+``pick_device``) and by the launcher (``launcher.torchenv``: a node's GPUs).
 """
 
 from __future__ import annotations

@@ -1,0 +1,427 @@
+"""The torch engine's in-place membership change: re-form the process group in the same process, and move
+the model and optimizer state from live peers to the members that lack it.
+
+Built on ``torch.distributed``'s own primitives (the decision and its figures: ``docs/inplace.md``):
+
+* ``rejoin`` -- the old DistributedDataParallel is dropped, the default process group destroyed, and the
+  new one initialised in the same process from the generation's environment (a fresh ``MASTER_PORT``:
+  a fresh TCPStore on rank 0, the master, which never leaves).  The model is wrapped again with
+  ``init_sync=False``: nothing a member already holds is broadcast a second time.
+* ``StableModel`` -- what ``Elastic.wrap`` returns in place mode: the script keeps one object across any
+  number of changes; its ``forward`` is the current DDP's (the bare module in a world of one).
+* ``guarded_allreduce`` -- DDP's comm hook in place mode: DDP's own average, but a gradient exchange
+  whose peer died (gloo: "Connection closed by peer") sets ``lost`` and returns the local gradient
+  instead of raising inside the script's ``backward()``; the step is then discarded and redone from the
+  boundary state (torchft's stock DDP wrapper crashed every survivor there: ``shared/anchors/torchft.md``).
+* ``settle`` -- once the group formed, its members agree (one ``all_gather``) who holds the newest
+  state; the lowest such rank broadcasts the header (the checkpoint meta and the tensors' layout: JSON,
+  never a pickle) and the holders *send the bytes in chunks, spread over every holder* (chunk ``i`` from
+  holder ``i mod n``); each chunk carries its size and adler32, the receiver refuses a chunk that does
+  not match and fetches it once more, then fails (the launcher falls back to the restart path).
+  Sharded models (HSDP: a joiner's local rank r receives shard r from the holders of shard r) would
+  plug in at ``tensors_of`` / ``holders``: ``docs/inplace.md``.
+
+Only ``torch`` is needed; the chunk arithmetic and the checksum are pure Python (unit-tested alone).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+import time
+import zlib
+
+from .torch import DEFAULT_TIMEOUT, TIMEOUT_VAR, wait_for_store
+
+CHUNK_BYTES = int(os.environ.get("DT_CHUNK_BYTES", str(32 << 20)))   # one chunk of the state transfer
+CORRUPT_VAR = "DT_TEST_CORRUPT_CHUNK"   # tests: this chunk index goes out damaged once (it must be refetched)
+ACK_OK, ACK_AGAIN, ACK_FAILED = 0, 1, 2
+
+
+class TransferError(RuntimeError):
+    """A chunk failed its check twice, or the layout does not fit this model."""
+
+
+# ----------------------------------------------------------------------------- pure parts
+def chunk_plan(total, chunk_bytes, holders):
+    """``[(index, start, end, sender)]``: the byte stream ``[0, total)`` in chunks, chunk i from holder i mod n."""
+    if not holders:
+        raise ValueError("no member holds the state")
+    size = max(1, int(chunk_bytes))
+    return [(i, start, min(start + size, total), holders[i % len(holders)])
+            for i, start in enumerate(range(0, int(total), size))]
+
+
+def checksum(view):
+    """adler32 of a byte buffer (a NumPy view of a chunk): cheap (~3 GB/s here), catches a flipped byte."""
+    return zlib.adler32(memoryview(view).cast("B"))
+
+
+def agree(steps):
+    """``(step, holders, receivers)`` from every rank's step (-1: holds nothing): the newest step, the ranks
+    holding it (senders), and the ranks that need it."""
+    best = max(steps)
+    if best < 0:
+        raise TransferError("no member of the group holds any state")
+    holders = [r for r, s in enumerate(steps) if s == best]
+    return best, holders, [r for r, s in enumerate(steps) if s != best]
+
+
+# ----------------------------------------------------------------------------- the group
+def _timeout():
+    return datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_VAR) or DEFAULT_TIMEOUT))
+
+
+def rejoin(engine, env, phases=None):
+    """Leave the current process group and join generation ``env``'s in this process (model state kept).
+
+    ``env``: torchrun's variables of this member (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``, ...), applied to ``os.environ`` so anything reading them later sees the new group.
+    ``phases``: a dict that gets the wall-clock time of each part (where a regroup's time goes).
+    """
+    phases = {} if phases is None else phases
+    dist = engine.dist
+    drop_ddp(engine)
+    phases["ddp_dropped"] = time.time()
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a group broken by a dead peer: dropping it is all we want
+            pass
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+    world = int(os.environ["WORLD_SIZE"])
+    engine.distributed = True
+    phases["group_destroyed"] = time.time()
+    if int(os.environ["RANK"]) != 0:
+        wait_for_store(timeout=_timeout().total_seconds())
+    phases["store_up"] = time.time()
+    dist.init_process_group(engine.backend, init_method="env://", timeout=_timeout())
+    engine.rank, engine.world = dist.get_rank(), world
+    return engine.rank, engine.world
+
+
+def drop_ddp(engine):
+    """Forget the DDP wrapper: its reducer's hooks on the parameters are removed now, and the last reference
+    dropped (freed at once; no ``gc.collect()``, which costs 0.15-0.8 s in a process that imported torch)."""
+    stable = getattr(engine, "_model", None)
+    if isinstance(stable, StableModelMixin):
+        ddp = stable._ddp                       # pylint: disable=protected-access
+        stable.set_target(None)
+        if ddp is not None and hasattr(ddp, "_remove_autograd_hooks"):
+            ddp._remove_autograd_hooks()        # pylint: disable=protected-access
+
+
+def wrap(engine, lost, init_sync):
+    """Wrap ``engine.module`` for this group: DDP with ``guarded_allreduce`` for world > 1 (``init_sync``:
+    broadcast rank 0's state, only when members may differ), behind one ``StableModel`` for the script."""
+    stable = getattr(engine, "_model", None)
+    if not isinstance(stable, StableModelMixin):
+        stable = make_stable(engine.module)
+        engine._model = stable            # what engine.model (and so el.wrap / el.model) hands out
+    if engine.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        ids = [engine.device.index] if engine.device.type == "cuda" else None
+        ddp = DistributedDataParallel(engine.module, device_ids=ids, init_sync=init_sync)
+        ddp.register_comm_hook(lost, guarded_allreduce)
+        stable.set_target(ddp)
+    else:
+        stable.set_target(None)
+    return stable
+
+
+class StableModelMixin:
+    """Marker of the script's stable model (see ``make_stable``)."""
+
+
+def make_stable(module):
+    """An ``nn.Module`` around ``module`` whose forward is the current DDP's (or the module's)."""
+    from torch import nn
+
+    class StableModel(nn.Module, StableModelMixin):
+        def __init__(self, inner):
+            super().__init__()
+            self.module = inner                     # as DDP's .module: parameters(), state_dict() prefixes
+            object.__setattr__(self, "_ddp", None)  # not a submodule: it is rebuilt on every change
+
+        def set_target(self, ddp):
+            object.__setattr__(self, "_ddp", ddp)
+
+        def forward(self, *args, **kwargs):         # pylint: disable=arguments-differ
+            target = self._ddp if self._ddp is not None else self.module
+            return target(*args, **kwargs)
+
+    return StableModel(module)
+
+
+class LostFlag:
+    """Set by the comm hook when a gradient exchange failed (a peer is gone); read by the training thread.
+
+    ``on_set()`` runs once, on the hook's thread, when it is first set: the backward pass is still running
+    and the optimizer has not stepped, so the model and optimizer still hold the last completed step's
+    state -- the moment to copy it (``InPlaceWorker``), so a kill redoes only the step in flight."""
+
+    def __init__(self, on_set=None):
+        self.event = threading.Event()
+        self.error = None
+        self.on_set = on_set
+
+    def set(self, exc):
+        if not self.event.is_set():
+            self.error = exc
+            if self.on_set is not None:
+                try:
+                    self.on_set()
+                except Exception:  # noqa: BLE001 - the periodic boundary snapshot is still there
+                    pass
+            self.event.set()
+
+    def is_set(self):
+        return self.event.is_set()
+
+    def clear(self):
+        self.error = None
+        self.event.clear()
+
+
+def guarded_allreduce(lost, bucket):
+    """DDP comm hook: the mean of the bucket over the group (DDP's default), or -- once the exchange failed
+    -- the local gradient, with ``lost`` set: the step is discarded, so its value does not matter."""
+    import torch
+    import torch.distributed as dist
+    buf = bucket.buffer()
+    if lost.is_set():
+        done = torch.futures.Future()
+        done.set_result(buf)
+        return done
+    buf.div_(dist.get_world_size())
+    try:
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+    except Exception as exc:  # noqa: BLE001 - the group is broken already
+        lost.set(exc)
+        done = torch.futures.Future()
+        done.set_result(buf)
+        return done
+
+    def finish(f):
+        try:
+            return f.value()[0]
+        except Exception as exc:  # noqa: BLE001 - a peer is gone: say so, let the step end
+            lost.set(exc)
+            return buf
+    return fut.then(finish)
+
+
+# ----------------------------------------------------------------------------- the state
+def tensors_of(module, optimizer):
+    """``(layout, tensors)``: the model's ``state_dict`` tensors and the optimizer state's tensors in a fixed
+    order, and a JSON-able layout a receiver rebuilds both ``state_dict``s from (plain values inline)."""
+    import torch
+    tensors, model_layout, opt_layout = [], [], []
+    for key, value in module.state_dict().items():
+        model_layout.append([key, list(value.shape), str(value.dtype).replace("torch.", "")])
+        tensors.append(value)
+    opt = optimizer.state_dict()
+    for idx, entry in opt["state"].items():
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                opt_layout.append([int(idx), name, list(value.shape), str(value.dtype).replace("torch.", ""), None])
+                tensors.append(value)
+            else:
+                opt_layout.append([int(idx), name, None, None, value])
+    return {"model": model_layout, "optimizer": opt_layout, "param_groups": opt["param_groups"]}, tensors
+
+
+def _dtype(name):
+    """The torch dtype a peer's layout names (a name that is not a dtype is refused)."""
+    import torch
+    found = getattr(torch, str(name), None)
+    if not isinstance(found, torch.dtype):
+        raise TransferError(f"the layout names {name!r}, not a torch dtype")
+    return found
+
+
+def _nbytes(shape, dtype):
+    import torch
+    n = 1
+    for d in shape:
+        if int(d) < 0:
+            raise TransferError(f"a negative dimension in the layout: {shape!r}")
+        n *= int(d)
+    return n * torch.empty((), dtype=_dtype(dtype)).element_size()
+
+
+def layout_bytes(layout):
+    return sum(_nbytes(s, d) for _k, s, d in layout["model"]) + \
+        sum(_nbytes(s, d) for _i, _n, s, d, _v in layout["optimizer"] if s is not None)
+
+
+class ByteStream:
+    """A sender's view of its tensors as one byte stream: ``read(start, end)`` copies that range."""
+
+    def __init__(self, tensors):
+        import torch
+        self.parts, offset = [], 0
+        for t in tensors:
+            flat = t.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8)   # gloo: host memory
+            self.parts.append((offset, flat))
+            offset += flat.numel()
+        self.total = offset
+
+    def read(self, start, end):
+        import torch
+        pieces = [flat[max(start, off) - off:min(end, off + flat.numel()) - off]
+                  for off, flat in self.parts if off < end and off + flat.numel() > start]
+        return torch.cat(pieces) if len(pieces) != 1 else pieces[0]
+
+
+def load_stream(module, optimizer, layout, flat, device):
+    """Rebuild both ``state_dict``s from the received byte stream ``flat`` and load them."""
+    import torch
+    offset, model_state, opt_state = 0, {}, {}
+
+    def take(shape, dtype):
+        nonlocal offset
+        n = _nbytes(shape, dtype)
+        if offset + n > flat.numel():
+            raise TransferError("the layout is larger than the bytes received")
+        t = flat[offset:offset + n].view(_dtype(dtype)).reshape(shape)
+        offset += n
+        return t
+
+    for key, shape, dtype in layout["model"]:
+        model_state[key] = take(shape, dtype)
+    for idx, name, shape, dtype, value in layout["optimizer"]:
+        # a copy: the optimizer's state must not keep the whole received buffer alive
+        opt_state.setdefault(int(idx), {})[name] = take(shape, dtype).to(device, copy=True) if shape is not None \
+            else value
+    module.load_state_dict(model_state)          # copies into the parameters
+    optimizer.load_state_dict({"state": opt_state, "param_groups": layout["param_groups"]})
+
+
+# ----------------------------------------------------------------------------- the transfer
+def _bcast_bytes(dist, data, src, group):
+    import torch
+    size = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64)
+    dist.broadcast(size, src, group=group)
+    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data is not None \
+        else torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(buf, src, group=group)
+    return bytes(buf.numpy().tobytes())
+
+
+def settle(engine, step, header_fn, transfer_group=None):
+    """Every member of the new group, right after it formed: make everyone hold the newest state.
+
+    ``step``: the boundary this member holds (-1: nothing, a joiner).  ``header_fn()``: the checkpoint
+    meta of this member's boundary (called on the source only).  Returns ``(meta or None, stats)``:
+    the meta a receiver must apply (None for a holder), and what moved (bytes, seconds, chunks, refetched).
+    """
+    import torch
+    dist, rank = engine.dist, engine.rank
+    # the bytes go through host memory: on a GPU node (NCCL) a gloo side group carries them
+    group = transfer_group or (dist.new_group(backend="gloo") if engine.backend != "gloo" else None)
+    steps = torch.tensor([int(step)], dtype=torch.int64)
+    gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(engine.world)]
+    dist.all_gather(gathered, steps, group=group)
+    best, holders, receivers = agree([int(t.item()) for t in gathered])
+    stats = {"step": best, "holders": holders, "receivers": receivers, "bytes": 0, "seconds": 0.0,
+             "chunks": 0, "refetched": 0}
+    if not receivers:
+        return None, stats
+    t0 = time.monotonic()
+    source = holders[0]
+    layout = None
+    if rank == source:
+        layout, _ = tensors_of(engine.module, engine.optimizer)
+        header = json.dumps({"meta": header_fn(), "layout": layout}).encode()
+    else:
+        header = None
+    header = json.loads(_bcast_bytes(dist, header, source, group).decode())
+    layout, total = header["layout"], layout_bytes(header["layout"])
+    plan = chunk_plan(total, CHUNK_BYTES, holders)
+    if rank in holders:
+        _, tensors = tensors_of(engine.module, engine.optimizer)
+        stream = ByteStream(tensors)
+        if stream.total != total:
+            raise TransferError(f"holder {rank}: {stream.total} bytes of state, the source's layout says {total}")
+        for receiver in receivers:
+            _send_chunks(dist, stream, [c for c in plan if c[3] == rank], receiver, group)
+        meta = None
+    elif rank in receivers:
+        flat = torch.empty(total, dtype=torch.uint8)
+        stats["refetched"] = _receive_chunks(dist, flat, plan, group)
+        load_stream(engine.module, engine.optimizer, layout, flat, engine.device)
+        meta = header["meta"]
+    dist.barrier(group=group)
+    stats.update(bytes=total * len(receivers), seconds=round(time.monotonic() - t0, 4), chunks=len(plan))
+    return meta, stats
+
+
+_CORRUPTED = []          # the test hook damages one chunk once per process
+
+
+def _maybe_corrupt(index, data):
+    want = os.environ.get(CORRUPT_VAR)
+    if want is None or _CORRUPTED or int(want) != index or data.numel() == 0:
+        return data
+    _CORRUPTED.append(index)
+    bad = data.clone()
+    bad[0] ^= 0xFF
+    return bad
+
+
+def _send_chunks(dist, stream, mine, receiver, group):
+    """A holder's chunks to ``receiver``, in order: bytes, then ``[size, adler32]``; a refused one once more."""
+    import torch
+    for index, start, end, _sender in mine:
+        data = stream.read(start, end)
+        check = torch.tensor([end - start, checksum(data.numpy())], dtype=torch.int64)
+        for _attempt in range(2):
+            dist.send(_maybe_corrupt(index, data), receiver, group=group)
+            dist.send(check, receiver, group=group)
+            ack = torch.zeros(1, dtype=torch.int64)
+            dist.recv(ack, receiver, group=group)
+            if int(ack.item()) == ACK_OK:
+                break
+            if int(ack.item()) == ACK_FAILED:
+                raise TransferError(f"chunk {index} refused twice by rank {receiver}")
+
+
+def _receive_chunks(dist, flat, plan, group):
+    """Fetch every chunk of ``plan`` into ``flat``: one round takes one chunk of each holder at once; a chunk
+    whose size or adler32 does not match is asked for again once.  Returns how many were refetched."""
+    import torch
+    refetched = 0
+    by_sender = {}
+    for chunk in plan:
+        by_sender.setdefault(chunk[3], []).append(chunk)
+    rounds = max(len(v) for v in by_sender.values())
+    for k in range(rounds):
+        batch = [chunks[k] for chunks in by_sender.values() if k < len(chunks)]
+        pending = []
+        for index, start, end, sender in batch:
+            check = torch.zeros(2, dtype=torch.int64)
+            works = [dist.irecv(flat[start:end], sender, group=group), dist.irecv(check, sender, group=group)]
+            pending.append((index, start, end, sender, check, works))
+        for index, start, end, sender, check, works in pending:
+            for w in works:
+                w.wait()
+            ok = _verify(flat[start:end], check)
+            if not ok:
+                refetched += 1
+                dist.send(torch.tensor([ACK_AGAIN], dtype=torch.int64), sender, group=group)
+                dist.recv(flat[start:end], sender, group=group)
+                dist.recv(check, sender, group=group)
+                ok = _verify(flat[start:end], check)
+            dist.send(torch.tensor([ACK_OK if ok else ACK_FAILED], dtype=torch.int64), sender, group=group)
+            if not ok:
+                raise TransferError(f"chunk {index} from rank {sender} failed its check twice")
+    return refetched
+
+
+def _verify(data, check):
+    size, want = int(check[0].item()), int(check[1].item())
+    return data.numel() == size and checksum(data.numpy()) == want

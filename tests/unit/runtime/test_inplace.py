@@ -1,0 +1,212 @@
+"""In-place elasticity (``--resize-mode in-place``, the torch engine's default with the helper API): a change keeps
+the survivors' processes and state.  Real PyTorch (CPU, gloo) processes on 127.x "hosts" with the local transport.
+
+* the peer transfer alone (3 processes, no launcher): a chunk damaged on the wire is refused and fetched again;
+* add and remove: a survivor's training process is the same before and after, no checkpoint is written for
+  either change, the joiner gets the state from live peers (a damaged chunk refetched), the audit is clean
+  and the DT log exact;
+* a killed worker: the survivors re-form in place from their boundary state, no recovery checkpoint.
+"""
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts
+
+from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_request
+from dynatrain_runtime.engines.torch_inplace import agree, chunk_plan
+from dynatrain_runtime.launcher.inplace import resize_mode
+from test_recovery import committed_once, status_step
+from test_torch_engine import EPOCHS, audit_ok, resize_ends, settle, torch_python  # noqa: F401 (fixture)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, A, B = "127.0.13.1", "127.0.13.2", "127.0.13.3"
+INPLACE = ["--engine", "torch", "--resize-mode", "in-place", "--status-interval", "0.3"]
+
+
+def checkpoints(efs):
+    return sorted(n for n in os.listdir(os.path.join(efs, "checkpoints")) if n.startswith("ckpt-"))
+
+
+def test_the_resize_mode_is_in_place_only_where_the_processes_can_stay():
+    assert resize_mode("auto", "torch", "elastic", 1) == "in-place"
+    assert resize_mode("auto", "mxnet", "elastic", 1) == "restart"
+    assert resize_mode("auto", "torch", "torchrun", 1) == "restart"
+    assert resize_mode("auto", "torch", "elastic", 4) == "restart"
+    assert resize_mode("auto", "torch", "elastic", 1, gpus=1) == "restart"      # NCCL: not validated yet
+    assert resize_mode("in-place", "torch", "elastic", 1, gpus=1) == "in-place"
+    assert resize_mode("restart", "torch", "elastic", 1) == "restart"
+    with pytest.raises(ValueError):
+        resize_mode("in-place", "mxnet", "elastic", 1)
+    from dynatrain_runtime.launcher.cli import parse_args
+    assert parse_args(["--script", "s.py", "--engine", "torch"]).resize_mode == "auto"
+    for refused in (["--engine", "mxnet"], ["--engine", "torch", "--script-api", "torchrun"]):
+        with pytest.raises(SystemExit):          # a clear error at the command line, nothing started
+            parse_args(["--script", "s.py", "--resize-mode", "in-place"] + refused)
+
+
+def test_chunks_are_spread_over_every_holder_and_the_newest_boundary_wins():
+    plan = chunk_plan(10, 4, [0, 2])
+    assert [(s, e) for _i, s, e, _r in plan] == [(0, 4), (4, 8), (8, 10)]
+    assert [r for *_x, r in plan] == [0, 2, 0]
+    assert agree([5, -1, 5]) == (5, [0, 2], [1])          # a joiner receives
+    assert agree([4, 5, 5]) == (5, [1, 2], [0])           # a survivor with an older snapshot receives too
+
+
+def _transfer(node_python, port, extra_env):
+    env = dict(os.environ, DT_CHUNK_BYTES="20000", **extra_env)
+    procs = [subprocess.Popen([node_python, os.path.join(HERE, "inplace_peer.py"), str(r), str(port)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(3)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-3000:]
+        outs.append(json.loads(out.decode().strip().splitlines()[-1]))
+    return sorted(outs, key=lambda o: o["rank"])
+
+
+def test_a_joiner_gets_the_state_from_both_holders_and_a_damaged_chunk_is_fetched_again(torch_python):
+    clean = _transfer(torch_python, 29741, {})
+    assert clean[2]["stats"]["refetched"] == 0 and clean[2]["stats"]["chunks"] == 10
+    damaged = _transfer(torch_python, 29751, {"DT_TEST_CORRUPT_CHUNK": "3"})     # holder 1's chunk 3, once
+    joiner = damaged[2]
+    assert joiner["stats"]["refetched"] == 1, joiner
+    assert joiner["meta"] == {"step": 7, "epoch": 1, "pos": 64}
+    assert joiner["tensors"] == 8                 # 4 parameters + their 4 momentum buffers
+    assert len({o["digest"] for o in damaged}) == 1          # the joiner holds exactly the holders' state
+    assert damaged[0]["stats"]["holders"] == [0, 1] and damaged[0]["stats"]["receivers"] == [2]
+
+
+def test_in_place_add_and_remove_keep_the_survivors_and_write_no_checkpoint(tmp_path, torch_python, digits_npz):
+    efs = str(tmp_path)
+    write_hosts(efs, [A, M])
+    run = LauncherRun(efs, torch_python, digits_npz,
+                      EPOCHS + ["--epochs", "14", "--step-sleep", "0.05", "--checkpoint-every", "0"],
+                      launcher_args=INPLACE + ["--env", "DT_TEST_CORRUPT_CHUNK=0", "--env", "DT_CHUNK_BYTES=8192"],
+                      port_base=23000)
+    try:
+        write_warm_request(JobFiles(efs), B)           # as add_workers does: B's process starts before its edit
+        wait_for(lambda: len(log_lines(efs)) >= 2, 90, "initial ADDED lines", proc=run.proc)
+        settle(efs, 1, 60, 100, run.proc)
+        before = {ip: set(pids_of_host(ip, efs)) for ip in (A, M)}
+        write_hosts(efs, [A, B, M])                                       # add one
+        wait_for(lambda: len(log_lines(efs)) >= 3, 90, "ADDED of the new worker", proc=run.proc)
+        wait_for(lambda: len(resize_ends(efs)) >= 1, 60, "the add's first step", proc=run.proc)
+        wait_for(lambda: status_step(efs) >= resize_ends(efs)[0]["first_step"] + 20, 60, "steps at world 3",
+                 proc=run.proc)
+        write_hosts(efs, [B, M])                                          # remove an original one
+        wait_for(lambda: len(log_lines(efs)) >= 4, 60, "REMOVED", proc=run.proc)
+        rc = run.wait(240)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", M], ["ADDED", B], ["REMOVED", A]]
+    ends = resize_ends(efs)
+    assert [(e["from_world"], e["world"]) for e in ends] == [(2, 3), (3, 2)], ends
+    add, remove = ends
+    for e in ends:
+        assert e["mode"] == "in-place" and e["checkpoint_written"] is False, e
+        assert e["recomputed_steps"] == 0 and e["first_step"] == e["resume_step"] + 1 > 1, e
+    assert add["pids"][M] in before[M] and add["pids"][A] in before[A], (add["pids"], before)   # the same process
+    assert remove["pids"][M] == add["pids"][M] and remove["pids"][B] == add["pids"][B]
+    assert add["bytes_moved"] > 0 and add["refetched"] == 1 and add["chunks"] >= 2, add    # chunk 0 refused once
+    assert remove["bytes_moved"] == 0
+    gens = [e for e in events(efs) if e["event"] == "generation_start"]
+    assert [g.get("inplace", False) for g in gens] == [False, True, True]
+    assert gens[1]["joiners"] == [B] and gens[2]["joiners"] == []
+    meta = latest_meta(efs)
+    assert checkpoints(efs) == ["ckpt-%010d" % meta["step"]], checkpoints(efs)    # only the final one
+    audit_ok(meta, epochs=14)
+    committed_once(meta)
+    worlds = [r["world"] for r in meta["audit"]["steps"]]
+    assert set(worlds[:add["resume_step"]]) == {2}
+    assert set(worlds[add["resume_step"]:remove["resume_step"]]) == {3}
+    assert set(worlds[remove["resume_step"]:]) == {2}
+    print("in place: add %.3f s pause (%d bytes in %.3f s), remove %.3f s pause"
+          % (add["pause_s"], add["bytes_moved"], add["transfer_s"], remove["pause_s"]))
+
+
+def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_processes(tmp_path, torch_python,
+                                                                                    digits_npz):
+    efs = str(tmp_path)
+    write_hosts(efs, [A, B, M])
+    run = LauncherRun(efs, torch_python, digits_npz,
+                      EPOCHS + ["--epochs", "10", "--step-sleep", "0.05", "--checkpoint-every", "0"],
+                      launcher_args=INPLACE, port_base=23500)
+    try:
+        wait_for(lambda: len(log_lines(efs)) >= 3, 90, "initial ADDED lines", proc=run.proc)
+        settle(efs, 1, 60, 100, run.proc)
+        wait_for(lambda: status_step(efs) >= 40, 60, "step 40", proc=run.proc)
+        before = {ip: set(pids_of_host(ip, efs)) for ip in (A, M)}
+        for pid in pids_of_host(B, efs):                                  # the worker host dies
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: len(log_lines(efs)) >= 4, 30, "FAILED", proc=run.proc)
+        rc = run.wait(240)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["FAILED", B]]
+    evs = events(efs)
+    assert not [e for e in evs if e["event"] in ("recovery_checkpoint", "recovery_unavailable")]
+    starts = [e for e in evs if e["event"] == "resize_start"]
+    ends = resize_ends(efs)
+    assert len(starts) == 1 and starts[0]["recovered_from"] == "in-place", starts
+    assert len(ends) == 1 and ends[0]["mode"] == "in-place" and ends[0]["world"] == 2, ends
+    end = ends[0]
+    assert end["pids"][M] in before[M] and end["pids"][A] in before[A], (end["pids"], before)
+    assert end["recomputed_steps"] <= 1 and end["first_step"] == end["resume_step"] + 1
+    assert not [e for e in evs if e["event"] == "worker_failed" and e["ip"] != B]
+    meta = latest_meta(efs)
+    assert checkpoints(efs) == ["ckpt-%010d" % meta["step"]]
+    audit_ok(meta, epochs=10)                                             # the step in flight redone once
+    committed_once(meta)
+    print("in place: kill -> first step at world 2 in %.3f s (pause %.3f s), %d step(s) redone"
+          % (end["total_s"], end["pause_s"], end["recomputed_steps"]))
+
+
+def test_a_regroup_that_fails_falls_back_to_the_restart_path_from_a_survivors_state(tmp_path, torch_python,
+                                                                                      digits_npz):
+    efs = str(tmp_path)
+    write_hosts(efs, [A, M])
+    run = LauncherRun(efs, torch_python, digits_npz,
+                      EPOCHS + ["--epochs", "8", "--step-sleep", "0.05", "--checkpoint-every", "0"],
+                      launcher_args=INPLACE + ["--env", "DT_TEST_REGROUP_FAIL=%s" % A], port_base=23700)
+    try:
+        write_warm_request(JobFiles(efs), B)
+        wait_for(lambda: len(log_lines(efs)) >= 2, 90, "initial ADDED lines", proc=run.proc)
+        settle(efs, 1, 60, 60, run.proc)
+        write_hosts(efs, [A, B, M])                  # A's regroup fails: the job goes on by the restart path
+        wait_for(lambda: len(log_lines(efs)) >= 3, 120, "ADDED of the new worker", proc=run.proc)
+        rc = run.wait(240)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", M], ["ADDED", B]]   # nobody FAILED
+    evs = events(efs)
+    gens = [e for e in evs if e["event"] == "generation_start"]
+    assert [g.get("inplace", False) for g in gens] == [False, True, False], gens
+    wrote = [e for e in evs if e["event"] == "recovery_checkpoint"]
+    assert len(wrote) == 1 and gens[2]["resume_path"] and gens[2]["resume_step"] == wrote[0]["step"], (wrote, gens)
+    failed = [e for e in evs if e["event"] == "worker_failed"]
+    assert len(failed) == 1 and failed[0]["ip"] == M and not failed[0]["dropped"]
+    assert "regroup failed" in failed[0]["reason"]
+    assert gens[2]["membership"] == [A, B, M]
+    meta = latest_meta(efs)
+    audit_ok(meta, epochs=8)
+    committed_once(meta)
+
+
+def test_the_metrics_show_the_bytes_moved_and_the_pause_of_in_place_changes():
+    from dynatrain_runtime.launcher.metrics import Metrics
+    m = Metrics()
+    m.observe("resize_end", {"mode": "in-place", "bytes_moved": 1000, "pause_s": 0.3, "transfer_s": 0.1,
+                             "transfer_mb_s": 0.01})
+    m.observe("resize_end", {"mode": "in-place", "bytes_moved": 500, "pause_s": 0.2, "transfer_s": 0.05,
+                             "transfer_mb_s": None})
+    text = m.render({"state": "running"})
+    assert "dynatrain_peer_transfer_bytes_total 1500" in text, text
+    assert "dynatrain_resize_pause_seconds 0.2" in text
+    assert "dynatrain_resize_transfer_mb_per_second 0" in text
