@@ -4,6 +4,7 @@ The pure parts are imported from the controller venv (``make runtime`` installs 
 wheel there); the real MXNet runs use the node venv ``make node-venv`` builds
 (``.localcloud/node-venv``; ``DT_NODE_PYTHON`` names another).
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,6 +18,23 @@ if ROOT not in sys.path:       # the local cloud's IMDS emulator (spot notices) 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
+
+
+@contextlib.contextmanager
+def mock_bucket(monkeypatch, bucket):
+    """moto's in-process S3 with ``bucket`` made; the s3sync daemon's own client on it (no endpoint,
+    profile or real credentials reach it)."""
+    import moto                                                   # pylint: disable=import-outside-toplevel
+    from dynatrain_runtime.daemons import s3sync                  # pylint: disable=import-outside-toplevel
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with moto.mock_aws():
+        client = s3sync.make_client()
+        client.create_bucket(Bucket=bucket)
+        yield client
 
 
 def node_python_or_skip():

@@ -11,6 +11,7 @@ import pytest
 
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
+from conftest import mock_bucket  # noqa: E402  pylint: disable=wrong-import-position
 
 from dynatrain_runtime.daemons import s3sync  # noqa: E402
 from dynatrain_runtime.contract.checkpoint import CheckpointStore  # noqa: E402
@@ -22,14 +23,7 @@ PREFIX = "c1/job1/"
 
 @pytest.fixture
 def s3(monkeypatch):
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with moto.mock_aws():
-        client = s3sync.make_client()
-        client.create_bucket(Bucket=BUCKET)
+    with mock_bucket(monkeypatch, BUCKET) as client:
         yield client
 
 
