@@ -73,7 +73,7 @@ def child(args):
     batches = el.batches()
     t_start = time.perf_counter()
     batch = next(batches)
-    for _ in range(args.steps):
+    for _step in range(args.steps):
         t0 = time.perf_counter()
         idx = torch.as_tensor(batch.indices)
         out = model(xs[idx])

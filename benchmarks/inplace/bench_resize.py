@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """In-place vs restart membership changes of the torch engine, at several state sizes, in one run.
 
 For each state size (the digits MLP 64 -> H -> 10 with SGD momentum: parameters + momentum = 8 * (75 H + 10)
@@ -165,8 +164,8 @@ def cell(value, fmt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--python", default=NODE_PYTHON)
-    ap.add_argument("--sizes", default="1600,300000", help="hidden sizes (1600 ~1 MB, 300000 ~180 MB, "
-                                                            "1300000 ~780 MB) [%(default)s]")
+    ap.add_argument("--sizes", default="1600,300000",
+                    help="hidden sizes (1600 ~1 MB, 300000 ~180 MB, 1300000 ~780 MB) [%(default)s]")
     ap.add_argument("--modes", default="in-place,restart")
     ap.add_argument("--repeat", type=int, default=1, help="jobs per size and mode; medians printed")
     ap.add_argument("--step-sleep", type=float, default=0.05)
@@ -196,8 +195,12 @@ def main():
           "| in place: boundary -> first step - 1 step (s) | step (s) | steps redone | shared FS MB | peer MB "
           "| peer s | peer MB/s | n |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (hidden, mode, change), rows in sorted(results.items(), key=lambda kv: (kv[0][0], CHANGES.index(kv[0][2]),
-                                                                                 kv[0][1])):
+
+    def order(kv):
+        (hidden, mode, change), _rows = kv
+        return hidden, CHANGES.index(change), mode
+
+    for (hidden, mode, change), rows in sorted(results.items(), key=order):
         print("| %.1f MB (H %d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
             state_mb(hidden), hidden, mode, change, cell(med(rows, "total"), "%.2f"), cell(med(rows, "pause"), "%.2f"),
             cell(med(rows, "own_pause"), "%.2f"), cell(med(rows, "step"), "%.2f"), cell(med(rows, "recomputed"), "%d"),
@@ -205,8 +208,8 @@ def main():
             cell(med(rows, "rate"), "%.0f"), len(rows)))
     print()
     bad = [c for c in checks if not all(c[3].values())]
-    print("audit clean and DT log exact in %d of %d runs%s" % (len(checks) - len(bad), len(checks),
-                                                             (": failed " + repr(bad)) if bad else ""))
+    failed = (": failed " + repr(bad)) if bad else ""
+    print("audit clean and DT log exact in %d of %d runs%s" % (len(checks) - len(bad), len(checks), failed))
     shutil.rmtree(workdir, ignore_errors=True) if not args.keep else None
     return 1 if bad else 0
 

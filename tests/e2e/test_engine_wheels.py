@@ -85,8 +85,8 @@ def _resources(env):
 def test_missing_engine_wheel_refused_before_any_resource(cloud, setup_wheelhouse):
     before = _resources(cloud)
     rc, out = playbook(cloud, "bootstrap", dict(NET, dt_cluster_name="e2ewheels", dt_engine="torch",
-                                               dt_wheelhouse_controller_dir=str(setup_wheelhouse),
-                                               dt_wheelhouse_build=False))
+                                                dt_wheelhouse_controller_dir=str(setup_wheelhouse),
+                                                dt_wheelhouse_build=False))
     assert rc != 0, out[-3000:]
     text = " ".join(out.split())
     assert "lacks torch==2.13.0+cpu" in text, text[-3000:]

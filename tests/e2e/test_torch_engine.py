@@ -101,9 +101,10 @@ def _change(job, field, ip):
 
 def _training_pids(env, instance_id):
     """The pids (in the node's own pid namespace, as the runtime reports them) of its processes that run
-    the training script."""
+    the training script (``dt-train-digits``; the pattern is spelled so that this shell's own command line,
+    which holds it, does not match it)."""
     out = _on_node(env, instance_id, "sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline 2>/dev/null"
-                   " | grep -q train_digits && echo ${p#/proc/}; done").stdout
+                   " | grep -q 'train[-_]digits' && echo ${p#/proc/}; done").stdout
     return {int(p) for p in out.split()}
 
 

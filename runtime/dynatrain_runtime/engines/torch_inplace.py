@@ -324,7 +324,7 @@ def settle(engine, step, header_fn, transfer_group=None):
     # the bytes go through host memory: on a GPU node (NCCL) a gloo side group carries them
     group = transfer_group or (dist.new_group(backend="gloo") if engine.backend != "gloo" else None)
     steps = torch.tensor([int(step)], dtype=torch.int64)
-    gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(engine.world)]
+    gathered = [torch.zeros(1, dtype=torch.int64) for _rank in range(engine.world)]
     dist.all_gather(gathered, steps, group=group)
     best, holders, receivers = agree([int(t.item()) for t in gathered])
     stats = {"step": best, "holders": holders, "receivers": receivers, "bytes": 0, "seconds": 0.0,
@@ -335,7 +335,7 @@ def settle(engine, step, header_fn, transfer_group=None):
     source = holders[0]
     layout = None
     if rank == source:
-        layout, _ = tensors_of(engine.module, engine.optimizer)
+        layout, _tensors = tensors_of(engine.module, engine.optimizer)
         header = json.dumps({"meta": header_fn(), "layout": layout}).encode()
     else:
         header = None
@@ -343,7 +343,7 @@ def settle(engine, step, header_fn, transfer_group=None):
     layout, total = header["layout"], layout_bytes(header["layout"])
     plan = chunk_plan(total, CHUNK_BYTES, holders)
     if rank in holders:
-        _, tensors = tensors_of(engine.module, engine.optimizer)
+        _layout, tensors = tensors_of(engine.module, engine.optimizer)
         stream = ByteStream(tensors)
         if stream.total != total:
             raise TransferError(f"holder {rank}: {stream.total} bytes of state, the source's layout says {total}")

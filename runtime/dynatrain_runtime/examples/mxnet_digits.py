@@ -116,4 +116,3 @@ def train_mxnet(args, x_train, y_train, x_val, y_val):
         simulate_compute(args, batch)
     write_final(el, args, val_accuracy, len(x_train), len(x_val))
     return el.finish()
-

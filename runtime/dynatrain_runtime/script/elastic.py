@@ -661,7 +661,8 @@ def _exit_at_once(elastic):
         return
     code = EXIT_STOPPED if elastic.stopped else 0
     try:
-        elastic._ckpt_writer.wait()        # pylint: disable=protected-access  (a periodic write in flight)
+        # a periodic write still in flight ends before the process does
+        elastic._ckpt_writer.wait()        # pylint: disable=protected-access
     except CheckpointWriteError as exc:
         print(f"dynatrain_runtime: {exc}", file=sys.stderr)
         code = 1

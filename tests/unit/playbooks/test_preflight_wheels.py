@@ -102,9 +102,9 @@ def settings(endpoint, wheelhouse, **overrides):
 def test_torch_without_its_wheels_is_refused_before_any_cloud_call(tmp_path, wheelhouse):
     rc, out = run_preflight(tmp_path, settings(dead_endpoint(), wheelhouse, dt_engine="torch"))
     assert rc != 0
-    assert f"lacks torch==2.13.0+cpu (wheels for Python 3.11 x86_64 in the wheelhouse: none)" in out, out[-3000:]
+    assert "lacks torch==2.13.0+cpu (wheels for Python 3.11 x86_64 in the wheelhouse: none)" in out, out[-3000:]
     # no builder at hand (an installed collection): the command that fetches them, exactly
-    assert f"pip download --only-binary=:all: --implementation cp --python-version 3.11" in out, out[-3000:]
+    assert "pip download --only-binary=:all: --implementation cp --python-version 3.11" in out, out[-3000:]
     assert f"-d {wheelhouse} --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu" in out
     assert "Nothing was created" in out
     assert NO_CREDENTIALS not in out  # refused before preflight's first AWS call

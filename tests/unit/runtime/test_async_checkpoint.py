@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -171,7 +170,7 @@ def start(torch_python, tmp_path, **cfg):
 
 
 def finish(proc, timeout=120):
-    out, _ = proc.communicate(timeout=timeout)
+    out, _err = proc.communicate(timeout=timeout)
     messages, marks = [], {}
     for line in out.splitlines():
         if line.startswith("@@DT "):

@@ -115,7 +115,7 @@ def cycles(graph):
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for _, target in graph.get(node, ()):
+        for _line, target in graph.get(node, ()):
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])
@@ -129,7 +129,7 @@ def cycles(graph):
                 component.append(member)
                 if member == node:
                     break
-            if len(component) > 1 or any(t == node for _, t in graph.get(node, ())):
+            if len(component) > 1 or any(t == node for _line, t in graph.get(node, ())):
                 found.append(sorted(component))
 
     for node in sorted(graph):
@@ -144,15 +144,15 @@ def test_the_runtime_imports_run_one_way():
 
 
 def test_the_runtime_has_no_import_cycle():
-    graph, _ = import_graph(PACKAGE_DIR, copied=COPIED)
+    graph, _modules = import_graph(PACKAGE_DIR, copied=COPIED)
     assert cycles(graph) == []
 
 
 def test_the_scan_sees_the_whole_runtime_and_its_lazy_imports():
     """Not vacuous: every part is scanned, and a function-local import is an edge (engines' dispatch)."""
-    graph, _ = import_graph(PACKAGE_DIR, copied=COPIED)
+    graph, _modules = import_graph(PACKAGE_DIR, copied=COPIED)
     assert {part_of(m) for m in graph} == {p for parts in LAYERS for p in parts}
-    edges = {(m, t) for m, found in graph.items() for _, t in found}
+    edges = {(m, t) for m, found in graph.items() for _line, t in found}
     assert (f"{PACKAGE}.engines", f"{PACKAGE}.engines.torch") in edges             # inside create_engine
     assert (f"{PACKAGE}.engines.mxnet", f"{PACKAGE}.engines.snapshot") in edges
     assert (f"{PACKAGE}.launcher.torchenv", f"{PACKAGE}.engines.devices") in edges

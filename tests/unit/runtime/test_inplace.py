@@ -20,7 +20,7 @@ from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_reques
 from dynatrain_runtime.engines.torch_inplace import agree, chunk_plan
 from dynatrain_runtime.launcher.inplace import resize_mode
 from test_recovery import committed_once, status_step
-from test_torch_engine import EPOCHS, audit_ok, resize_ends, settle, torch_python  # noqa: F401 (fixture)
+from test_torch_engine import EPOCHS, audit_ok, resize_ends, settle, torch_python  # noqa: F401 (fixture)  pylint: disable=unused-import
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 M, A, B = "127.0.13.1", "127.0.13.2", "127.0.13.3"
@@ -129,8 +129,8 @@ def test_in_place_add_and_remove_keep_the_survivors_and_write_no_checkpoint(tmp_
           % (add["pause_s"], add["bytes_moved"], add["transfer_s"], remove["pause_s"]))
 
 
-def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_processes(tmp_path, torch_python,
-                                                                                    digits_npz):
+def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_processes(
+        tmp_path, torch_python, digits_npz):
     efs = str(tmp_path)
     write_hosts(efs, [A, B, M])
     run = LauncherRun(efs, torch_python, digits_npz,
@@ -167,8 +167,8 @@ def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_process
           % (end["total_s"], end["pause_s"], end["recomputed_steps"]))
 
 
-def test_a_regroup_that_fails_falls_back_to_the_restart_path_from_a_survivors_state(tmp_path, torch_python,
-                                                                                      digits_npz):
+def test_a_regroup_that_fails_falls_back_to_the_restart_path_from_a_survivors_state(
+        tmp_path, torch_python, digits_npz):
     efs = str(tmp_path)
     write_hosts(efs, [A, M])
     run = LauncherRun(efs, torch_python, digits_npz,

@@ -105,7 +105,7 @@ class FakeDemo:
         return {"epochs": 60} if self.finished and not self.feed else None
 
     def wait_for(self, what, predicate, timeout):
-        for _ in range(200):
+        for _try in range(200):
             value = predicate()
             if value:
                 return value

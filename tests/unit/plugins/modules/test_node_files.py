@@ -166,8 +166,7 @@ def watch_modes(monkeypatch, target):
     rename.real = real_rename
     monkeypatch.setattr(os, "chmod", chmod)
     monkeypatch.setattr(os, "rename", rename)
-    replace = lambda src, dst, *a, **kw: rename(src, dst, *a, **kw)  # noqa: E731
-    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "replace", rename)
     return seen
 
 

@@ -235,8 +235,8 @@ def test_pool_workers_an_interrupted_fill_left_running_are_seen():
     out = rp.plan(nodes, [A, M], LOG, timeout=1800, now=now)
     assert out["unparked"] == [left]                    # the young one is a fill at work; the stopped one is parked
     assert all(left not in out[k] for k in rp.KEYS if k != "unparked") and out["launch"] == 0
-    assert [line for line in out["summary"] if C in line] == [f"i-10004 {C}: a warm-pool worker an interrupted fill "
-                                                             "left running: terminate"]
+    want = f"i-10004 {C}: a warm-pool worker an interrupted fill left running: terminate"
+    assert [line for line in out["summary"] if C in line] == [want]
     parked = rp.plan(nodes, [A, M], LOG, timeout=1800, now=now, park_pool=True)
     assert parked["unparked"] == [left] and any("park it" in line for line in parked["summary"])
 
