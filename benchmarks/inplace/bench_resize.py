@@ -22,7 +22,6 @@ checked and printed with the table.
 On a 2-core machine every "host" shares the cores: absolute figures are pessimistic.
 """
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -38,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402
 
 from dynatrain_runtime.contract.checkpoint import CheckpointStore, audit_check  # noqa: E402
-from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_request  # noqa: E402
+from dynatrain_runtime.contract.shared_volume import JobFiles, read_status, write_warm_request  # noqa: E402
 
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 M, A, B = "127.0.21.1", "127.0.21.2", "127.0.21.3"
@@ -51,11 +50,8 @@ def state_mb(hidden):
 
 
 def status(efs):
-    try:
-        with open(os.path.join(efs, "status.json")) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
+    """The job's status.json, read by the shared volume's contract ({} before the launcher writes it)."""
+    return read_status(JobFiles(efs).status)
 
 
 def wait(pred, timeout, what, proc):
