@@ -17,15 +17,25 @@ back by every process of the next generation; in place: none), and in place the 
 and their rate.  Every job ends with SIGTERM (a checkpoint); its exactly-once audit and its DT log are
 checked and printed with the table.
 
-    python benchmarks/inplace/bench_resize.py [--sizes 1600,300000] [--repeat 3] [--modes in-place,restart]
+In the same run and table (``--systems``): torchft 0.2.0 as its users write it (``torchft_job.py``: a
+Lighthouse, one replica group per host, a joiner healing from a live peer; in the benchmark-only venv
+``benchmarks/.venv-torchft``, made by ``make_venv_torchft.sh``) and torchrun tuned restarting from its
+checkpoint as benchmarks/torch runs it (``torchrun_job.py``).  ``--json`` keeps the rows, ``--plot`` draws
+seconds against state size per system (``report.py``, which also merges several runs' JSON and prints their table).
+``--scale 2,4,8,16,32`` measures the control plane instead: ours in place with N hosts (127.0.22.x, the
+small model), an add N-1 -> N and a remove N -> N-1, the survivors' pause per host count.
+
+    python benchmarks/inplace/bench_resize.py [--sizes 1600,300000] [--repeat 3]
+        [--systems in-place,restart,torchft,torchrun-tuned] [--json F] [--plot F]
+    python benchmarks/inplace/bench_resize.py --scale 2,4,8,16,32 [--repeat 1]
 
 On a 2-core machine every "host" shares the cores: absolute figures are pessimistic.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,14 +49,14 @@ from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402
 from dynatrain_runtime.contract.checkpoint import CheckpointStore, audit_check  # noqa: E402
 from dynatrain_runtime.contract.shared_volume import JobFiles, read_status, write_warm_request  # noqa: E402
 
+import report  # noqa: E402
+from report import SYSTEMS, cell, med, print_table, state_mb  # noqa: E402
+import torchft_job  # noqa: E402
+import torchrun_job  # noqa: E402
+
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 M, A, B = "127.0.21.1", "127.0.21.2", "127.0.21.3"
-CHANGES = ("add", "remove", "kill")
 EXPECTED_LOG = [["ADDED", A], ["ADDED", M], ["ADDED", B], ["REMOVED", A], ["FAILED", B]]
-
-
-def state_mb(hidden):
-    return 8 * (75 * hidden + 10) / 1e6
 
 
 def status(efs):
@@ -85,10 +95,25 @@ def resize_ends(efs):
     return [e for e in events(efs) if e["event"] == "resize_end"]
 
 
-def run_job(args, data, hidden, mode, port_base, workdir):
-    """One job, three changes; ``{change: figures}`` and the job's checks."""
+def size_plan():
+    """The state-size job: hosts A, M; add B (warmed first); remove A; kill B; the DT log it must leave."""
+    return [A, M], B, (("add", [A, B, M]), ("remove", [B, M]), ("kill", None)), EXPECTED_LOG
+
+
+def scale_plan(hosts):
+    """The control plane at ``hosts`` hosts (127.0.22.x, the master last): N-1 train, add the Nth (warmed
+    first), remove the first worker; the DT log it must leave."""
+    names = ["127.0.22.%d" % (i + 2) for i in range(hosts - 1)] + ["127.0.22.1"]
+    start, joiner = names[:-2] + names[-1:], names[-2]
+    expected = [["ADDED", h] for h in start] + [["ADDED", joiner], ["REMOVED", names[0]]]
+    return start, joiner, (("add", names), ("remove", names[1:])), expected
+
+
+def run_job(args, data, hidden, mode, port_base, workdir, plan=None):
+    """One job, its changes (``size_plan`` unless ``plan``); ``{change: figures}`` and the job's checks."""
+    start, joiner, changes, expected = plan or size_plan()
     efs = tempfile.mkdtemp(prefix="bench-%s-%d-" % (mode, hidden), dir=workdir)
-    write_hosts(efs, [A, M])
+    write_hosts(efs, start)
     log = open(os.path.join(efs, "launcher.out"), "ab")
     cmd = [args.python, "-m", "dynatrain_runtime.launcher", "--efs-mount", efs, "--python", args.python,
            "--script", "dynatrain_runtime.examples.train_digits", "--transport", "local", "--omp-threads", "1",
@@ -99,16 +124,16 @@ def run_job(args, data, hidden, mode, port_base, workdir):
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=efs)
     out = {}
     try:
-        write_warm_request(JobFiles(efs), B)
-        wait(lambda: (status(efs).get("step") or 0) >= 3, args.timeout, "training at world 2", proc)
+        write_warm_request(JobFiles(efs), joiner)
+        wait(lambda: (status(efs).get("step") or 0) >= 3, args.timeout, "training at world %d" % len(start), proc)
         wait(lambda: spares_warm(efs), args.timeout, "warm spares", proc)
-        for n, (change, hosts) in enumerate((("add", [A, B, M]), ("remove", [B, M]), ("kill", None))):
+        for n, (change, hosts) in enumerate(changes):
             dt = step_time(efs, proc)
             t0 = time.time()
             if hosts is not None:
                 write_hosts(efs, hosts)
             else:
-                for pid in host_pids(efs, B, command_has=b"train_digits"):
+                for pid in host_pids(efs, joiner, command_has=b"train_digits"):
                     os.kill(pid, signal.SIGKILL)
             end = wait(lambda: len(resize_ends(efs)) > n and resize_ends(efs)[n], args.timeout, change, proc)
             out[change] = dict(end, step_time=dt, seen_s=time.time() - t0)
@@ -126,7 +151,7 @@ def run_job(args, data, hidden, mode, port_base, workdir):
     meta = latest[1]
     steps = [r["step"] for r in meta["audit"]["steps"]]
     checks = {"audit_clean": audit_check(meta["audit"], meta["num_samples"]) == [] and steps == list(range(len(steps))),
-              "log_exact": [l[1:3] for l in log_lines(efs)] == EXPECTED_LOG}
+              "log_exact": [l[1:3] for l in log_lines(efs)] == expected}
     if not args.keep:
         shutil.rmtree(efs, ignore_errors=True)
     return out, checks
@@ -148,13 +173,84 @@ def figures(end, mb, mode):
             "own_pause": end.get("pause_s"), "transfer": end.get("transfer_s")}
 
 
-def med(rows, key):
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return statistics.median(values) if values else None
+def measure(args, system, hidden, k, port, workdir, data):
+    """One job of one system: ``({change: row}, checks or None, error or None)``."""
+    mb = state_mb(hidden)
+    if system in ("in-place", "restart"):
+        try:
+            out, check = run_job(args, data, hidden, system, port, workdir)
+        except Exception as exc:  # noqa: BLE001 - the table says which run failed
+            return {}, None, str(exc)
+        return {c: figures(end, mb, system) for c, end in out.items()}, check, None
+    if system == "torchft":
+        why = torchft_job.available()
+        if why:
+            return {}, None, why
+        out, check, error, _dir = torchft_job.run_job(data, hidden, args.step_sleep, port, workdir, args.timeout)
+        return out, check, error
+    if system == "torchrun-tuned":
+        opts = torchrun_job.options(args.python, args.step_sleep, args.timeout, args.keep)
+        out, error = torchrun_job.run_job(opts, data, hidden, mb, port, workdir)
+        return out, None, error
+    raise ValueError(system)
 
 
-def cell(value, fmt):
-    return "-" if value is None else fmt % value
+def scale(args, data, workdir):
+    """Ours in place at each host count: the survivors' pause of an add and a remove (medians)."""
+    rows, checks = {}, []
+    for k, hosts in enumerate(int(h) for h in args.scale.split(",")):
+        for rep in range(args.repeat):
+            t0 = time.time()
+            try:
+                out, check = run_job(args, data, args.scale_hidden, "in-place", 25000 + 100 * (k * args.repeat + rep),
+                                     workdir, plan=scale_plan(hosts))
+            except Exception as exc:  # noqa: BLE001 - the table says which run failed
+                print("run failed: %d hosts #%d: %s" % (hosts, rep, exc), flush=True)
+                continue
+            checks.append((hosts, rep, check))
+            for change, end in out.items():
+                rows.setdefault((hosts, change), []).append(figures(end, state_mb(args.scale_hidden), "in-place"))
+            print("done: %d hosts #%d in %.0f s %s" % (hosts, rep, time.time() - t0, check), flush=True)
+    print()
+    print("| hosts | change | change -> first step at new size (s) | survivors' pause (s) | step (s) | n |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for (hosts, change), got in sorted(rows.items()):
+        print("| %d | %s %d -> %d | %s | %s | %s | %d |" % (
+            hosts, change, hosts - 1 if change == "add" else hosts, hosts if change == "add" else hosts - 1,
+            cell(med(got, "total"), "%.2f"), cell(med(got, "pause"), "%.2f"), cell(med(got, "step"), "%.2f"),
+            len(got)))
+    return checks
+
+
+def stop_run(_signum, _frame):
+    """SIGTERM: end the job in flight and print what was measured (the rows are in ``--json`` already)."""
+    raise KeyboardInterrupt
+
+
+def save(path, results):
+    if path:
+        with open(path + ".tmp", "w") as handle:
+            json.dump([{"hidden": h, "mb": state_mb(h), "system": s, "change": c, "rows": r}
+                       for (h, s, c), r in sorted(results.items())], handle, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+def sizes(args, data, workdir, checks, results):
+    """Every system at every size, one round after another (a run stopped early has each system at each
+    size before it has a second round); ``--json`` rewritten after every job."""
+    port = args.port_base
+    for k in range(args.repeat):
+        for hidden in [int(h) for h in args.sizes.split(",")]:
+            for system in args.systems.split(","):
+                port += 10
+                rows, check, error = measure(args, system, hidden, k, port, workdir, data)
+                if check is not None and system in ("in-place", "restart"):
+                    checks.append((hidden, system, k, check))
+                for change, row in rows.items():
+                    results.setdefault((hidden, system, change), []).append(row)
+                save(args.json, results)
+                print("%s: hidden %d %s #%d %s%s" % ("failed" if error else "done", hidden, system, k, check or "",
+                                                     (": " + error[:300]) if error else ""), flush=True)
 
 
 def main():
@@ -162,50 +258,40 @@ def main():
     ap.add_argument("--python", default=NODE_PYTHON)
     ap.add_argument("--sizes", default="1600,300000",
                     help="hidden sizes (1600 ~1 MB, 300000 ~180 MB, 1300000 ~780 MB) [%(default)s]")
-    ap.add_argument("--modes", default="in-place,restart")
-    ap.add_argument("--repeat", type=int, default=1, help="jobs per size and mode; medians printed")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="[%(default)s]")
+    ap.add_argument("--repeat", type=int, default=1, help="jobs per size and system; medians printed")
     ap.add_argument("--step-sleep", type=float, default=0.05)
     ap.add_argument("--timeout", type=float, default=300.0, help="bound on every wait, s")
+    ap.add_argument("--json", help="write the rows here (report.py merges several)")
+    ap.add_argument("--plot", help="draw seconds against state size per system here (PNG)")
+    ap.add_argument("--scale", help="host counts: the control plane's scale instead (ours in place, small model)")
+    ap.add_argument("--scale-hidden", type=int, default=128, help="the scale runs' hidden size [%(default)s]")
+    ap.add_argument("--port-base", type=int, default=24000, help="jobs use ports from here up, 10 each [%(default)s]")
     ap.add_argument("--keep", action="store_true", help="keep the jobs' directories")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="dt-bench-inplace-")
     data = os.path.join(workdir, "digits.npz")
     subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
                           stdout=subprocess.DEVNULL)
-    results, checks, port = {}, [], 24000
-    for hidden in [int(h) for h in args.sizes.split(",")]:
-        for mode in args.modes.split(","):
-            for k in range(args.repeat):
-                port += 10
-                try:
-                    out, check = run_job(args, data, hidden, mode, port, workdir)
-                except Exception as exc:  # noqa: BLE001 - the table says which run failed
-                    print("run failed: hidden %d %s #%d: %s" % (hidden, mode, k, exc), flush=True)
-                    continue
-                checks.append((hidden, mode, k, check))
-                for change, end in out.items():
-                    results.setdefault((hidden, mode, change), []).append(figures(end, state_mb(hidden), mode))
-                print("done: hidden %d %s #%d %s" % (hidden, mode, k, check), flush=True)
+    signal.signal(signal.SIGTERM, stop_run)
+    if args.scale:
+        checks = scale(args, data, workdir)
+    else:
+        checks, results = [], {}
+        try:
+            sizes(args, data, workdir, checks, results)
+        except KeyboardInterrupt:
+            print("stopped: the table holds the jobs that ended", flush=True)
+        finally:
+            torchrun_job.bte.cleanup_all()
+        print()
+        print_table(results)
+        if args.plot:
+            report.plot([args.json] if args.json else [], args.plot, results=results)
     print()
-    print("| state | mode | change | change -> first step at new size (s) | survivors' pause (s) "
-          "| in place: boundary -> first step - 1 step (s) | step (s) | steps redone | shared FS MB | peer MB "
-          "| peer s | peer MB/s | n |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-
-    def order(kv):
-        (hidden, mode, change), _rows = kv
-        return hidden, CHANGES.index(change), mode
-
-    for (hidden, mode, change), rows in sorted(results.items(), key=order):
-        print("| %.1f MB (H %d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
-            state_mb(hidden), hidden, mode, change, cell(med(rows, "total"), "%.2f"), cell(med(rows, "pause"), "%.2f"),
-            cell(med(rows, "own_pause"), "%.2f"), cell(med(rows, "step"), "%.2f"), cell(med(rows, "recomputed"), "%d"),
-            cell(med(rows, "fs_mb"), "%.0f"), cell(med(rows, "moved_mb"), "%.1f"), cell(med(rows, "transfer"), "%.2f"),
-            cell(med(rows, "rate"), "%.0f"), len(rows)))
-    print()
-    bad = [c for c in checks if not all(c[3].values())]
+    bad = [c for c in checks if not all(c[-1].values())]
     failed = (": failed " + repr(bad)) if bad else ""
-    print("audit clean and DT log exact in %d of %d runs%s" % (len(checks) - len(bad), len(checks), failed))
+    print("ours: audit clean and DT log exact in %d of %d runs%s" % (len(checks) - len(bad), len(checks), failed))
     shutil.rmtree(workdir, ignore_errors=True) if not args.keep else None
     return 1 if bad else 0
 

@@ -248,17 +248,20 @@ from ansible.utils.display import Display
 from ansible_collections.amazon.aws.plugins.module_utils.botocore import HAS_BOTO3
 from ansible_collections.amazon.aws.plugins.plugin_utils.inventory import AWSInventoryBase
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils import tags as cluster_tags
+
 display = Display()
 
-CLUSTER_TAG = "dynatrain:cluster"
-ROLE_TAG = "dynatrain:role"
-NODE_TYPE_TAG = "NodeType"
-STATUS_TAG = "elastic_worker_status"
-GROUP_TAG = "dynatrain:group"
+# The tag names: their one home is module_utils/tags.py.
+CLUSTER_TAG = cluster_tags.CLUSTER
+ROLE_TAG = cluster_tags.ROLE
+NODE_TYPE_TAG = cluster_tags.NODE_TYPE
+STATUS_TAG = cluster_tags.STATUS
+GROUP_TAG = cluster_tags.GROUP
 # the cluster's shared file system, put on its instances by the launch templates
-EFS_TAG = "dynatrain:efs"
+EFS_TAG = cluster_tags.EFS
 POOL_GROUP = "pool"  # GROUP_TAG's value on a warm-pool worker (roles/cluster: warm_pool)
-ELASTIC_TAG_SUFFIX = "-aws-dl-cfn-elastic-worker"
+ELASTIC_TAG_SUFFIX = cluster_tags.ELASTIC_SUFFIX
 STATUSES = ("ADD_QUEUED", "ADDED", "REMOVAL_QUEUED", "REMOVED", "ADD_FAILED")
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 FIXED_GROUPS = (
@@ -355,7 +358,7 @@ def cluster_group(cluster):
 
 def elastic_tag_key(cluster):
     """The tag that marks an elastic worker of `cluster` (DT's console workflow)."""
-    return f"{cluster}{ELASTIC_TAG_SUFFIX}"
+    return cluster_tags.elastic_tag(cluster)
 
 
 def node_role(tags, elastic=False):

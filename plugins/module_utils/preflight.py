@@ -8,8 +8,9 @@
 - choose_az(): the availability zone that offers every instance type asked for;
 - settings_problems(): the settings a user types (-e or the inventory), checked by every entry point
   before anything is created (dt_train_script_args in each form, resume_from, dt_checkpoint_bucket,
-  dt_job_name, dt_vpc_cidr/dt_subnet_cidr, dt_resize_at, dt_engine and the instance types, the
-  timeouts and bounds); script_args() normalises dt_train_script_args where it is used.
+  dt_job_name, dt_vpc_cidr/dt_subnet_cidr, dt_resize_at, dt_engine and the instance types -- MXNet's GPU
+  kernels, a torch cluster's master and workers all with or all without GPUs --, the timeouts and bounds);
+  script_args() normalises dt_train_script_args where it is used.
 
 Each returns or raises a message that says what to pass instead.
 """
@@ -25,6 +26,7 @@ import shlex
 from ansible_collections.dynatrain.elastic.plugins.module_utils.gpu_select import (
     PRE_TURING,
     gpu_family,
+    instance_family,
     mxnet_gpu_kernels,
 )
 
@@ -507,6 +509,42 @@ def engine_problem(engine, instance_types=None):
     return " ".join(problems)
 
 
+def nvidia_gpus(instance_type):
+    """Whether an instance type has NVIDIA GPUs, from the type's name alone (no cloud call): the families of
+    gpu_select.GPU_FAMILIES, and every P family (p6e-gb200, p6-b300, ... not in that table yet). EC2 says it too
+    (DescribeInstanceTypes' GpuInfo, the inventory's dt_gpu_count), but only after the first cloud call: this
+    static table is what the settings check, run before any, has."""
+    return gpu_family(instance_type) is not None or bool(re.match(r"^p[0-9]", instance_family(instance_type)))
+
+
+def mixed_devices_problem(engine, master_type, worker_type):
+    """'' unless dt_engine=torch on a master and workers of which one kind has NVIDIA GPUs and the other not.
+    Each torch process takes NCCL on a GPU and gloo on the CPU (engines/torch.py), and one process group cannot
+    mix them; processes per node ``auto`` (launcher_procs_per_node) would also size every node by the master's
+    GPUs (launcher/torchenv.py). An explicit processes-per-node count fixes the second, not the first: the
+    cluster is refused whatever the count."""
+    if engine != "torch" or not master_type or not worker_type:
+        return ""
+    types = {"dt_master_instance_type": master_type, "dt_worker_instance_type": worker_type}
+    gpus = {setting: nvidia_gpus(instance_type) for setting, instance_type in types.items()}
+    if gpus["dt_master_instance_type"] == gpus["dt_worker_instance_type"]:
+        return ""
+
+    def said(setting):
+        family = gpu_family(types[setting])
+        what = (f"{family[1]} GPUs" if family else "NVIDIA GPUs") if gpus[setting] else "no GPU"
+        return f"{setting}={types[setting]} ({what})"
+    gpu_setting = next(setting for setting in types if gpus[setting])
+    cpu_setting = next(setting for setting in types if not gpus[setting])
+    return (
+        f"dt_engine=torch cannot train on {said('dt_master_instance_type')} with {said('dt_worker_instance_type')}: "
+        "a mixed CPU/GPU cluster would form one process group of gloo (CPU) and NCCL (GPU) processes, which cannot "
+        "work together, and processes per node auto (launcher_procs_per_node) counts only the master's GPUs for "
+        "every node. Give the master and the workers instance types of the same kind: both with GPUs (e.g. "
+        f"-e {cpu_setting}={types[gpu_setting]}) or both without (e.g. -e {gpu_setting}={types[cpu_setting]}); "
+        "an explicit processes-per-node count (-e launcher_procs_per_node=N) does not make a mixed cluster work.")
+
+
 def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_cluster=False):
     """Every problem of the settings given ({name: value}; a value of None is not set and not checked),
     each naming the setting, its value and what to type. [] when all is well. extra_vars: the -e
@@ -552,6 +590,9 @@ def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_clust
     gpus = not engine_from_cluster or "dt_engine" in typed_names
     problems.append(engine_problem(given.get("dt_engine", "mxnet"),
                                    {k: given[k] for k in INSTANCE_TYPE_SETTINGS if k in given and gpus}))
+    if gpus:
+        problems.append(mixed_devices_problem(given.get("dt_engine", "mxnet"), given.get("dt_master_instance_type"),
+                                              given.get("dt_worker_instance_type")))
     return [p for p in problems if p]
 
 

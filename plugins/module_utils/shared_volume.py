@@ -25,6 +25,8 @@ lock by the launcher and rank 0 (``append_jsonl``, ``BackgroundAppender``; ``par
 ``control/stop.json``, ``control/drain/<ip>.json``, ``control/warm/<ip>.json``: requests to the
 launcher (``write_*_request`` / ``read_*`` / ``clear_*``); ``control/launcher_state.json``.
 ``checkpoints/ckpt-<step>/`` with ``meta.json`` written last; ``results/final.json``.
+Beside them: ``prepare_data_success_<ip>`` (a node's data is ready, ``prepare_data_marker``), ``wheelhouse/``
+and ``runs/<UTC time>/`` (a fresh job's archive of the files above, ``archive_job``).
 """
 
 from __future__ import annotations
@@ -821,3 +823,102 @@ def read_warm_requests(files):
 
 def clear_warm_request(files, ip):
     _unlink_quietly(os.path.join(warm_dir(files), f"{ip}.json"))
+
+
+# ================================================================== the volume's other names (playbooks reach them through modules)
+# A node's data is ready when the prepare_data role's success marker is on the volume (prepare_data_once writes
+# it; host_worker's require_data checks it; shared_volume_op removes it when the node goes).
+PREPARE_DATA_MARKER = "prepare_data_success_{ip}"
+# The wheels the engine roles seed for the nodes (configure_nodes: the mxnet, torch and launcher roles).
+WHEELHOUSE_DIR = "wheelhouse"
+# A job started afresh (train_fresh) moves these to runs/<UTC time>/; host_worker and host_worker_log stay
+# (membership and SEQ carry on).
+RUNS_DIR = "runs"
+JOB_ARCHIVE_NAMES = (CHECKPOINT_DIR, os.path.dirname(RESULT_FILE), STATUS_FILE, EVENTS_FILE, CONTROL_DIR)
+ARCHIVE_STAMP = "%Y%m%dT%H%M%SZ"
+
+
+def prepare_data_marker(ip):
+    """The file name of the data marker of the node ``ip`` (validated: a name, never a path)."""
+    return PREPARE_DATA_MARKER.format(ip=validate_ip(ip))
+
+
+def _entry(dfd, name):
+    """The lstat of ``name`` in the directory ``dfd`` (a link is the link), or None."""
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def remove_prepare_data_markers(efs_mount, ips, check=False):
+    """Remove the data markers of the nodes ``ips`` under ``efs_mount``; returns the names removed (in check mode:
+    that would be). No link is followed: a link planted under a marker's name is removed itself, never its
+    target; a directory there is refused (NotRegularFile)."""
+    names = [prepare_data_marker(ip) for ip in ips]
+    JobFiles(efs_mount)                 # registers the root: nothing below it is followed
+    dfd = _open_dir(efs_mount)
+    removed = []
+    try:
+        for name in dict.fromkeys(names):
+            st = _entry(dfd, name)
+            if st is None:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                raise NotRegularFile(errno.EISDIR, "a directory, not a data marker", os.path.join(efs_mount, name))
+            if not check:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dfd)
+            removed.append(name)
+        if removed and not check:
+            with contextlib.suppress(OSError):
+                os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return removed
+
+
+def _archive_dir(runs_fd, stamp):
+    """A new directory runs/<stamp>[-N]/ (O_EXCL by mkdir: never an existing one, never a link); (name, fd)."""
+    for attempt in range(100):
+        name = stamp if attempt == 0 else f"{stamp}-{attempt}"
+        try:
+            os.mkdir(name, 0o755, dir_fd=runs_fd)
+        except FileExistsError:
+            continue
+        return name, os.open(name, os.O_RDONLY | os.O_DIRECTORY | _nofollow_flags(), dir_fd=runs_fd)
+    raise HostWorkerError(f"{RUNS_DIR}/{stamp}-1 to -99 exist already: remove old archives")
+
+
+def archive_job(efs_mount, check=False, now=None):
+    """Move the job's files (JOB_ARCHIVE_NAMES, those present) under ``efs_mount`` to a new directory
+    ``runs/<UTC time>/``, each by one rename (a link is moved as the link, never followed; ``runs`` itself must
+    be a directory, not a link). Returns ``(archive path or None, names moved)``; nothing to move: ``(None, [])``,
+    so a second run changes nothing. ``check``: nothing changes, the path says where they would go."""
+    JobFiles(efs_mount)                 # registers the root: nothing below it is followed
+    dfd = _open_dir(efs_mount)
+    try:
+        present = [name for name in JOB_ARCHIVE_NAMES if _entry(dfd, name) is not None]
+        stamp = time.strftime(ARCHIVE_STAMP, time.gmtime(now))
+        if not present:
+            return None, []
+        if check:
+            return os.path.join(os.path.abspath(efs_mount), RUNS_DIR, stamp), present
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(RUNS_DIR, 0o755, dir_fd=dfd)
+        runs_fd = os.open(RUNS_DIR, os.O_RDONLY | os.O_DIRECTORY | _nofollow_flags(), dir_fd=dfd)
+        try:
+            name, dest_fd = _archive_dir(runs_fd, stamp)
+        finally:
+            os.close(runs_fd)
+        try:
+            for entry in present:
+                os.rename(entry, entry, src_dir_fd=dfd, dst_dir_fd=dest_fd)
+            with contextlib.suppress(OSError):
+                os.fsync(dest_fd)
+                os.fsync(dfd)
+        finally:
+            os.close(dest_fd)
+        return os.path.join(os.path.abspath(efs_mount), RUNS_DIR, name), present
+    finally:
+        os.close(dfd)

@@ -157,6 +157,12 @@ options:
         missing the module fails, names it, and changes nothing.
     type: str
     default: ""
+  require_data:
+    description:
+      - O(require) set to each host's prepare-data success marker (its name is the shared volume contract's,
+        C(plugins/module_utils/shared_volume.py)); ignored when O(require) is given.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -340,6 +346,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dynatrain.elastic.plugins.module_utils.shared_volume import (
     HostWorkerError,
     LAUNCHER_LOG,
+    PREPARE_DATA_MARKER,
     JobFiles,
     atomic_write,
     default_log_path,
@@ -475,7 +482,7 @@ class Request:
             poll=_number(params, "poll", 0.0),
             warm=bool(params.get("warm")),
             edit=params.get("edit") is not False,
-            require=_require_pattern(params.get("require") or ""),
+            require=_require_pattern(params.get("require") or (PREPARE_DATA_MARKER if params.get("require_data") else "")),
         )
 
     @property
@@ -908,6 +915,7 @@ def main():
             warm=dict(type="bool", default=False),
             edit=dict(type="bool", default=True),
             require=dict(type="str", default=""),
+            require_data=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

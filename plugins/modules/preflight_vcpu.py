@@ -126,6 +126,7 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils import tags as cluster_tags
 from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import (
     VCPU_QUOTAS,
     vcpu_class,
@@ -133,7 +134,6 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import
     vcpu_problem,
 )
 
-CLUSTER_TAG = "dynatrain:cluster"
 
 
 def read_running(ec2, cluster):
@@ -146,13 +146,13 @@ def read_running(ec2, cluster):
     for reservation in pages.build_full_result().get("Reservations", []):
         for instance in reservation["Instances"]:
             tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-            ours = bool(cluster) and tags.get(CLUSTER_TAG) == cluster
-            if ours and tags.get("dynatrain:group") == "pool":
+            ours = bool(cluster) and tags.get(cluster_tags.CLUSTER) == cluster
+            if ours and tags.get(cluster_tags.GROUP) == "pool":
                 pool += 1
                 continue
             if instance["State"]["Name"] not in ("pending", "running"):
                 continue
-            if ours and (tags.get("dynatrain:role") == "master" or tags.get("dynatrain:group") == "base"):
+            if ours and (tags.get(cluster_tags.ROLE) == "master" or tags.get(cluster_tags.GROUP) == "base"):
                 continue
             market = "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
             running.append({"instance_type": instance["InstanceType"], "market": market})

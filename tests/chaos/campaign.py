@@ -39,6 +39,21 @@ launcher's last crash and only for a run that finished; ``recomputed`` = complet
 launcher's own ``resize_end.recomputed_steps``, whichever is larger; the steps reported in the
 last 0.25 s before a kill may be missed).
 
+The hostile-node rows (issue 40) play a compromised training process on a worker: it plants links
+on the volume (at ``events.jsonl``, ``logs/launcher.log``, ``results/final.json``, in a checkpoint)
+aimed at ``outside/`` (the master's home: ``outside/id_ed25519`` is "its key"), writes requests
+with shell strings, a broken launcher state, 300 warm requests, ``@@DT`` lines with wrong types, a
+forged ``meta.json`` without digests, or moves the checkpoints away (start over) under the
+checkpoint sync (``dt-checkpoint-sync`` against a moto S3 server of the controller venv,
+``DT_CHAOS_MOTO_PYTHON``).  Their invariant, checked for every row: nothing outside the volume's drop
+boxes changed on the master's side -- ``outside/`` is byte for byte as before and no file appeared
+beside the volume, the launcher keeps training (no restart but the ones the fault causes), the
+``host_worker_log`` exact, no generation resumes from a path outside ``checkpoints/``, and with the sync:
+no object in S3 holds the key, ``LATEST.json`` names the run's final checkpoint, the sync's failures
+and recoveries are events.  The checkpoint-writer rows crash the background writer mid-write (the
+previous checkpoint must stay the newest) and slow it (training goes on, the checkpoint that came due
+is ``checkpoint_skipped``).
+
 Out of scope here (they need the local cloud and Ansible): SIGINT of ``add_workers`` (after the
 launch, during configure, during the join) and of ``remove_workers``, two ``add_workers`` at
 once, ``reconcile`` during an add.  The harness needs only the standard library and
@@ -69,6 +84,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(HERE, "shim")
 DEFAULT_NODE_PYTHON = (os.environ.get("DT_NODE_PYTHON")
                        or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python"))
+MOTO_PYTHON = os.environ.get("DT_CHAOS_MOTO_PYTHON") or os.path.join(ROOT, ".venv", "bin", "python")
+SYNC_BUCKET, SYNC_PREFIX = "dt-chaos", "c1/job1/"
+MASTER_KEY = b"-----BEGIN OPENSSH PRIVATE KEY-----\nthe master's node-to-node key (chaos)\n"
+WORKDIR_ENTRIES = {"efs", "chaos", "outside", "launcher.out", "sync.out", "moto.out"}
 
 A, B, M = "127.0.0.81", "127.0.0.82", "127.0.0.83"       # M: the master (last in host_worker)
 HOSTS = [A, B, M]
@@ -156,7 +175,7 @@ def kill_pids(pids):
 class Job(object):
     """One launcher job on a temp shared directory, supervised like its systemd unit, and sampled."""
 
-    def __init__(self, workdir, cfg, node_python, data, port_base, pythonpath, extra_env=None, out=None):
+    def __init__(self, workdir, cfg, node_python, data, port_base, pythonpath, extra_env=None, out=None, sync=False):
         self.cfg = cfg
         self.workdir = workdir
         self.efs = os.path.join(workdir, "efs")
@@ -164,6 +183,15 @@ class Job(object):
         self.ckdir = os.path.join(self.efs, "checkpoints")
         os.makedirs(self.efs)
         os.makedirs(self.chaos)
+        # the master's side outside the volume (its home): what a hostile node aims its links at
+        self.outside = os.path.join(workdir, "outside")
+        os.makedirs(os.path.join(self.outside, ".ssh"))
+        with open(os.path.join(self.outside, "id_ed25519"), "wb") as handle:
+            handle.write(MASTER_KEY)
+        self.outside_before = tree_state(self.outside)
+        self.sync = sync                  # run dt-checkpoint-sync (against a moto S3 server) beside the job
+        self.sync_proc = self.moto_proc = self.s3 = None
+        self.s3_final = None              # what S3 held at the end: {"latest": ..., "objects": {key: sha256}}
         self.node_python, self.data, self.port_base = node_python, data, port_base
         self.pythonpath = pythonpath
         self.extra_env = dict(extra_env or {})
@@ -185,7 +213,7 @@ class Job(object):
         self.first_ckpt_at = None         # when
         self.ckpt_gaps = []               # (time, listing) of samples with none verifying
         self._ckpt_next = 0.0
-        self._ev_lines, self._ev_off, self._ev_bad = [], 0, []
+        self._ev_lines, self._ev_off, self._ev_bad, self._ev_ino = [], 0, [], None
         self._ev_lock = threading.Lock()
         self.stop_flag = threading.Event()
         self.thread = None
@@ -219,10 +247,81 @@ class Job(object):
 
     def start(self, hosts):
         write_hosts_file(self.efs, hosts)
+        if self.sync:
+            self._start_sync()
         with self.lock:
             self._start_launcher()
         self.thread = threading.Thread(target=self._loop, name="chaos-supervisor", daemon=True)
         self.thread.start()
+
+    # ------------------------------------------------------------------ the checkpoint sync, on a moto S3
+    def _start_sync(self):
+        port = self.port_base + 45
+        self.moto_proc = subprocess.Popen(
+            [MOTO_PYTHON, "-c", "import sys, time\nfrom moto.server import ThreadedMotoServer\n"
+             "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1])).start()\n"
+             "print('up', flush=True)\ntime.sleep(1e9)", str(port)],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.workdir, "moto.out"), "ab"), start_new_session=True)
+        for _line in range(50):          # werkzeug may say a line of its own first
+            line = self.moto_proc.stdout.readline()
+            if not line or line.strip() == b"up":
+                break
+        if line.strip() != b"up":
+            raise RuntimeError("the moto S3 server did not start (%s)" % MOTO_PYTHON)
+        threading.Thread(target=self.moto_proc.stdout.read, name="moto-out", daemon=True).start()   # never full
+        endpoint = "http://127.0.0.1:%d" % port
+        aws = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "AWS_DEFAULT_REGION": "us-east-1"}
+        import boto3                                      # the node venv's (the sync's own dependency)
+        from botocore.config import Config
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                               aws_secret_access_key="testing", region_name="us-east-1",
+                               config=Config(s3={"addressing_style": "path"}))
+        self.s3.create_bucket(Bucket=SYNC_BUCKET)
+        env = dict(self.env(), DT_CHAOS_INC="sync", **aws)
+        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_S3"):
+            env.pop(name, None)
+        self.sync_proc = subprocess.Popen(
+            [self.node_python, "-m", "dynatrain_runtime.daemons.s3sync", "sync", "--efs", self.efs,
+             "--url", "s3://%s/%s" % (SYNC_BUCKET, SYNC_PREFIX), "--interval", "1", "--keep", "2"],
+            stdout=open(os.path.join(self.workdir, "sync.out"), "ab"), stderr=subprocess.STDOUT, cwd=self.workdir,
+            env=env, start_new_session=True)
+
+    def sync_state(self):
+        state = read_json(os.path.join(self.efs, "control", "s3sync.json"))
+        return state if isinstance(state, dict) else {}
+
+    def _stop_sync(self):
+        """After the job: let the sync catch up with the final checkpoint, stop it (SIGTERM: its last pass),
+        record what S3 holds, stop the S3 server."""
+        if self.sync_proc is None:
+            return
+        t_end = time.time()
+        final = [p for p in self.checkpoint_dirs() if (read_json(os.path.join(p, "meta.json")) or {}).get("finished")]
+        want = int(os.path.basename(final[-1])[len("ckpt-"):]) if final else None
+        deadline = time.time() + 30
+        while time.time() < deadline and self.sync_proc.poll() is None:
+            st = self.sync_state()
+            if (st.get("last_pass_time") or 0) > t_end + 1 and (want is None or st.get("last_step") == want):
+                break
+            time.sleep(0.3)
+        self.sync_proc.send_signal(signal.SIGTERM)
+        try:
+            self.sync_proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.sync_proc.kill()
+        try:
+            objects = {}
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=SYNC_BUCKET):
+                for obj in page.get("Contents", []):
+                    data = self.s3.get_object(Bucket=SYNC_BUCKET, Key=obj["Key"])["Body"].read()
+                    objects[obj["Key"]] = hashlib.sha256(data).hexdigest()
+            latest = self.s3.get_object(Bucket=SYNC_BUCKET, Key=SYNC_PREFIX + "LATEST.json")["Body"].read()
+            self.s3_final = {"latest": json.loads(latest), "objects": objects, "want": want}
+        except Exception as exc:          # noqa: BLE001 - said as a violation, not a crash
+            self.s3_final = {"error": repr(exc), "want": want}
+        finally:
+            kill_pids([self.moto_proc.pid])
 
     @property
     def pid(self):
@@ -351,6 +450,9 @@ class Job(object):
             path = os.path.join(self.efs, "events.jsonl")
             try:
                 with open(path, "rb") as handle:
+                    ino = os.fstat(handle.fileno()).st_ino
+                    if ino != self._ev_ino:          # a new file (a hostile node replaced it): from its start
+                        self._ev_ino, self._ev_off = ino, 0
                     handle.seek(self._ev_off)
                     data = handle.read()
             except OSError:
@@ -430,6 +532,10 @@ class Job(object):
 
     def shutdown(self):
         """Stop sampling, end every process of the run, count what outlived its launcher."""
+        try:
+            self._stop_sync()
+        except Exception as exc:          # noqa: BLE001 - the run's processes must still be ended
+            self.out("    cannot stop the sync: %r" % (exc,))
         with self.lock:
             if self.final is None:
                 self.final = "run bound reached"
@@ -480,6 +586,39 @@ def _recorded_digests(meta):
 
 
 # ====================================================================== files
+def tree_state(top):
+    """``{relative path: what it is}`` under ``top``, links not followed: a file's sha256, a link's target."""
+    out = {}
+    for base, dirs, names in os.walk(top):
+        for name in dirs + names:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, top)
+            if os.path.islink(path):
+                out[rel] = "link -> " + os.readlink(path)
+            elif os.path.isdir(path):
+                out[rel] = "dir"
+            else:
+                with open(path, "rb") as handle:
+                    out[rel] = hashlib.sha256(handle.read()).hexdigest()
+    return out
+
+
+def swap_in_link(path, target):
+    """Replace ``path`` with a link to ``target`` in one rename, as a node user can on the shared volume."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = "%s.lnk-%d" % (path, os.getpid())
+    os.symlink(target, tmp)
+    os.rename(tmp, path)
+
+
+def write_raw(path, text):
+    """A hostile node's file: any text, written whole (temp file + rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as handle:
+        handle.write(text)
+    os.rename(path + ".tmp", path)
+
+
 def read_json(path, default=None):
     try:
         with open(path) as handle:
@@ -537,6 +676,11 @@ class Injection(object):
         self.allowed_bad_lines = set()
         self.damaged = None       # a checkpoint the campaign damaged: never to be resumed from
         self.notes = []
+        self.max_restarts = None  # a hostile input must not stop the launcher: restarts allowed (None: any)
+        self.expect_events = []   # (event, {field: value}) that must be in events.jsonl after the injection
+        self.sync_events = []     # events of the sync (source checkpoint-sync) that must be there
+        self.sync_error = None    # text the sync's error must have held once (a link it refused)
+        self.sync_errors = []     # errors seen in control/s3sync.json while the fault ran
 
     def start(self, job):
         self.injected, self.t0, self.step = True, time.time(), job.step()
@@ -704,7 +848,7 @@ def fault_malformed_host_worker(job, rng, inj):
     inj.moment = "step>=%d, 'not-an-ip' line for %.0f s, then -%s" % (k, hold, A)
 
 
-def _damage_newest(job, rng, inj, what):
+def _damage_newest(job, rng, inj, what, link=False):
     k = _moment(rng, lo=3 * job.cfg.checkpoint_every, hi=85)
     if not job.wait_step(k):
         return
@@ -718,7 +862,9 @@ def _damage_newest(job, rng, inj, what):
     newest = job.checkpoint_dirs()[-1]
     path = os.path.join(newest, what)
     size = os.path.getsize(path)
-    if what == "meta.json":
+    if link:                                  # a hostile node: the payload is a link to the master's key
+        swap_in_link(path, os.path.join(job.outside, "id_ed25519"))
+    elif what == "meta.json":
         with open(path, "r+b") as handle:     # half a JSON document: unreadable
             handle.truncate(size // 2)
     else:
@@ -726,8 +872,8 @@ def _damage_newest(job, rng, inj, what):
             handle.seek(size // 2)
             handle.write(b"\0" * (size - size // 2))
     inj.damaged = newest
-    inj.moment = "step>=%d, launcher killed, %s of %s damaged (%d bytes), restart" % (
-        k, what, os.path.basename(newest), size)
+    inj.moment = "step>=%d, launcher killed, %s of %s %s, restart" % (
+        k, what, os.path.basename(newest), "-> outside/id_ed25519" if link else "damaged (%d bytes)" % size)
     if not gone:
         inj.notes.append("processes of the killed launcher still ran when the checkpoint was damaged")
     inj.t_end = time.time()
@@ -824,6 +970,258 @@ def fault_stall_launcher(job, rng, inj):
     inj.moment = "step>=%d, launcher SIGSTOPped %.0f s, SIGCONT, %.2f s later again %.0f s" % (k, hold, gap, hold)
 
 
+# ---------------------------------------------------------------------- a hostile node (issue 40)
+def _key(job):
+    return os.path.join(job.outside, "id_ed25519")
+
+
+def _hostile_start(job, rng, inj, lo=8, hi=80):
+    """Wait for the moment; the launcher must then train on without a restart."""
+    k = _moment(rng, lo, hi)
+    if not job.wait_step(k):
+        return None
+    inj.max_restarts = 0
+    return k
+
+
+def fault_hostile_link_events(job, rng, inj):
+    """A worker replaces events.jsonl with a link to the master's ~/.ssh/rc, then a membership change is logged."""
+    k = _hostile_start(job, rng, inj)
+    if k is None:
+        return
+    rc, hold = os.path.join(job.outside, ".ssh", "rc"), 4.0
+    inj.start(job)
+    swap_in_link(os.path.join(job.efs, "events.jsonl"), rc)
+    write_hosts_file(job.efs, [B, M])
+    inj.remove(A)
+    time.sleep(hold)
+    os.unlink(os.path.join(job.efs, "events.jsonl"))      # the link taken away: the launcher writes a new file
+    inj.t_end = time.time()
+    inj.moment = "step>=%d, events.jsonl -> outside/.ssh/rc for %.0f s, -%s meanwhile" % (k, hold, A)
+
+
+def fault_hostile_link_in_checkpoint(job, rng, inj):
+    """The newest checkpoint's params become a link to the master's key while the launcher is down."""
+    _damage_newest(job, rng, inj, "params", link=True)
+
+
+def fault_hostile_drain_shell(job, rng, inj):
+    """A drain request for a worker whose reason and notice are shell strings aimed at the master."""
+    k = _hostile_start(job, rng, inj)
+    if k is None:
+        return
+    mark = os.path.join(job.outside, "pwned")
+    reason = "$(touch %s) `touch %s`; touch %s #" % (mark, mark, mark)
+    inj.start(job)
+    write_raw(os.path.join(job.efs, "control", "drain", A + ".json"),
+              json.dumps({"ip": A, "reason": reason, "notice": reason, "time": time.time()}))
+    inj.remove(A)                      # a drain request is honoured: A leaves, REMOVED logged
+    hwf, _ck = _runtime()
+    inj.expect_events.append(("drain_requested", {"ip": A, "reason": hwf.clean_text(reason)}))   # data, cut
+    inj.moment = "step>=%d, control/drain/%s.json with reason %r" % (k, A, reason[:40] + "...")
+
+
+def fault_hostile_launcher_state(job, rng, inj):
+    """control/launcher_state.json set to [] while the launcher is down (every start read it and exited 3)."""
+    k = _moment(rng)
+    if not job.wait_step(k):
+        return
+    inj.max_restarts = 1
+    job.hold_restart = True
+    inj.start(job)
+    job.kill_launcher()
+    job.wait_incarnation_gone()
+    write_raw(os.path.join(job.efs, "control", "launcher_state.json"), "[]")
+    inj.t_end = time.time()
+    job.hold_restart = False
+    inj.moment = "step>=%d, launcher killed, launcher_state.json = [], restart" % k
+
+
+def fault_hostile_heartbeat(job, rng, inj):
+    """A worker's training process writes @@DT lines with wrong types ("step": "x", a checkpoint outside)."""
+    k = _hostile_start(job, rng, inj)
+    if k is None:
+        return
+    st = job.status()
+    gen, now = st.get("generation") or 0, time.time()
+    hb = {"kind": "hb", "state": "training", "generation": gen, "host": A, "rank": 1, "world": 3, "epoch": 0,
+          "pos": 0, "step": "x", "samples_per_s": 1.0, "time": now}
+    lines = [json.dumps(hb),
+             json.dumps(dict(hb, step=None, generation="x", epoch=[], time="now")),
+             json.dumps({"kind": "checkpoint", "step": "x", "epoch": 0, "pos": 0, "path": _key(job),
+                         "reason": "periodic", "seconds": 0.1, "stall": 0.0, "generation": gen}),
+             json.dumps({"kind": "checkpoint", "step": 10 ** 12, "epoch": 0, "pos": 0, "path": _key(job),
+                         "reason": "periodic", "seconds": "x", "stall": None, "generation": gen}),
+             "{not json", "[]", json.dumps({"kind": "done", "step": "x", "generation": gen})]
+    inj.start(job)
+    job.trigger("dt_line", "\n".join(lines))
+    if not job.wait(lambda: not os.path.exists(os.path.join(job.chaos, "dt_line")), 30, "the dt_line hook"):
+        inj.notes.append("no training process of %s wrote the lines (the dt_line hook was not reached)" % A)
+    inj.t_end = time.time()
+    inj.moment = "step>=%d, %d hostile @@DT lines from %s's training process" % (k, len(lines), A)
+
+
+def fault_hostile_warm_flood(job, rng, inj):
+    """300 warm requests (control/warm/) for addresses that never join: at most 8 warmed, the job trains on."""
+    k = _hostile_start(job, rng, inj, lo=8, hi=40)
+    if k is None:
+        return
+    n, ttl, hold = 300, 12.0, 8.0
+    before = len(processes_of(job.run_id))
+    warm = os.path.join(job.efs, "control", "warm")
+    ips = ["127.0.%d.%d" % (2 + i // 250, 1 + i % 250) for i in range(n)]
+    inj.start(job)
+    for ip in ips:
+        write_raw(os.path.join(warm, ip + ".json"), json.dumps({"ip": ip, "ttl": ttl, "time": time.time()}))
+    peak, end = before, time.time() + hold
+    while time.time() < end:
+        peak = max(peak, len(processes_of(job.run_id)))
+        time.sleep(0.2)
+    for ip in ips:                      # the requests are taken back (as add_workers' cleanup does)
+        try:
+            os.unlink(os.path.join(warm, ip + ".json"))
+        except OSError:
+            pass
+    inj.t_end = time.time()
+    allowed = 8 * 4                     # MAX_WARM_REQUESTS hosts, a few processes each (wrapper, worker, server)
+    if peak - before > allowed:
+        inj.notes.append("%d processes more during the flood (at most %d allowed): the warm requests are not capped"
+                         % (peak - before, allowed))
+    inj.expect_events.append(("warm_requests_capped", {}))
+    inj.moment = "step>=%d, %d warm requests (ttl %.0f s) for %.0f s: %d -> %d processes" % (
+        k, n, ttl, hold, before, peak)
+
+
+def _wait_sync_step(job, inj, step, timeout=90):
+    if job.wait(lambda: (job.sync_state().get("last_step") or -1) >= step, timeout, "the sync's LATEST >= %d" % step):
+        return True
+    inj.notes.append("the sync never backed up step %d (s3sync.json: %s)" % (step, json.dumps(job.sync_state())[:300]))
+    return False
+
+
+def fault_hostile_forged_meta(job, rng, inj):
+    """A forged ckpt-9999999999 (meta.json {"step": 9999999999}, no digests) under the launcher and the sync."""
+    k = _moment(rng, lo=2 * job.cfg.checkpoint_every, hi=70)
+    if not job.wait_step(k) or not _wait_sync_step(job, inj, job.cfg.checkpoint_every):
+        return
+    inj.max_restarts = 1
+    job.hold_restart = True
+    inj.start(job)
+    job.kill_launcher()
+    job.wait_incarnation_gone()
+    forged = os.path.join(job.ckdir, "ckpt-9999999999")
+    os.makedirs(forged)
+    shutil.copy(os.path.join(job.checkpoint_dirs()[-2], "params"), os.path.join(forged, "params"))
+    with open(os.path.join(forged, "meta.json"), "w") as handle:
+        json.dump({"step": 9999999999}, handle)
+    inj.damaged = forged
+    inj.t_end = time.time()
+    job.hold_restart = False
+    inj.moment = "step>=%d, launcher killed, forged ckpt-9999999999 without digests, restart" % k
+
+
+def fault_hostile_link_job_files(job, rng, inj):
+    """logs/launcher.log and results/final.json become links to the master's key under the sync."""
+    k = _hostile_start(job, rng, inj)
+    if k is None or not _wait_sync_step(job, inj, 0):
+        return
+    log, result = os.path.join(job.efs, "logs", "launcher.log"), os.path.join(job.efs, "results", "final.json")
+    inj.start(job)
+    swap_in_link(log, _key(job))
+    swap_in_link(result, _key(job))      # left there: rank 0's final write must replace it, not write through
+    seen = job.wait(lambda: job.sync_state().get("error"), 20, "the sync to refuse the links")
+    if seen:
+        inj.sync_errors.append(seen)
+    time.sleep(2.0)
+    os.unlink(log)                        # the operator takes the log's link away: the sync must recover
+    inj.t_end = time.time()
+    inj.sync_error = "launcher.log"
+    inj.sync_events = ["checkpoint_sync_failed", "checkpoint_sync_recovered"]
+    inj.moment = "step>=%d, logs/launcher.log and results/final.json -> outside/id_ed25519 (the log's for ~%.0f s)" % (
+        k, inj.t_end - inj.t0)
+
+
+def fault_hostile_start_over(job, rng, inj):
+    """checkpoints/ moved away while the launcher is down (NoValidCheckpoint's advice): a new run under the sync."""
+    k = _moment(rng, lo=3 * job.cfg.checkpoint_every, hi=70)
+    if not job.wait_step(k) or not _wait_sync_step(job, inj, 2 * job.cfg.checkpoint_every):
+        return
+    inj.max_restarts = 1
+    job.hold_restart = True
+    inj.start(job)
+    job.kill_launcher()
+    job.wait_incarnation_gone()
+    moved = time.time()
+    os.rename(job.ckdir, job.ckdir + ".old")
+    with job.lock:                        # a new run: its first checkpoint is the first again
+        job.ckpt_ever, job.first_ckpt_at, job.ckpt_seen = False, None, {}
+        job.ckpt_gaps = [g for g in job.ckpt_gaps if g[0] < moved]
+    inj.t_end = time.time()
+    inj.sync_events = ["checkpoint_sync_new_run"]
+    job.hold_restart = False
+    inj.moment = "step>=%d (S3 LATEST at %s), launcher killed, checkpoints/ -> checkpoints.old/, restart" % (
+        k, job.sync_state().get("last_step"))
+
+
+# ---------------------------------------------------------------------- the background checkpoint writer
+def fault_ckpt_writer_crash(job, rng, inj):
+    """The training process SIGKILLed while its background writer is mid-write: the previous checkpoint stays newest."""
+    marker = _pause_checkpoint(job, rng, inj, "writer process killed")
+    if marker is None:
+        return
+    before = [os.path.basename(p) for p in job.checkpoint_dirs()]
+    inj.start(job)
+    try:
+        os.kill(int(marker["pid"]), signal.SIGKILL)
+    except OSError as exc:
+        inj.notes.append("kill %s: %s" % (marker["pid"], exc))
+    job.clear("ckpt_delay")
+    time.sleep(0.3)
+    # the crashed write never shows; the one before it is still there and verifies (a survivor's recovery
+    # checkpoint, written since, may be newer: that is the product recovering, not the crashed write)
+    after = [os.path.basename(p) for p in job.checkpoint_dirs()]
+    name = "ckpt-%010d" % int(marker["step"])
+    if name in after:
+        inj.notes.append("%s listed after its writer was killed mid-write" % name)
+    if before and before[-1] not in after:
+        inj.notes.append("the newest checkpoint before the crash, %s, is gone after it (%s)" % (before[-1], after))
+    elif before and not job._verify(os.path.join(job.ckdir, before[-1])):
+        inj.notes.append("the previous checkpoint %s does not verify after the crash" % before[-1])
+    time.sleep(3.0)                       # nor later: the write died with its process
+    if name in [os.path.basename(p) for p in job.checkpoint_dirs()]:
+        inj.notes.append("%s appeared after its writer was killed mid-write" % name)
+    victim = marker["ip"]
+    inj.moment += " on %s (newest before: %s)" % (victim, before[-1] if before else None)
+    inj.failed.add(victim)
+    if victim != M:
+        inj.members = [h for h in inj.members if h != victim]
+        inj.log.append(("FAILED", victim))
+
+
+def fault_ckpt_writer_slow(job, rng, inj):
+    """One checkpoint write stalls 4 s in the background: training goes on, the ones due meanwhile are skipped."""
+    k, delay = _moment(rng), 4.0
+    if not job.wait_step(k):
+        return
+    inj.max_restarts = 0
+    job.trigger("ckpt_delay", delay)
+    marker = job.wait_marker("ckpt_writing.*", _ckpt_window(job))
+    job.clear("ckpt_delay")               # this write only
+    if marker is None:
+        inj.notes.append("no checkpoint write seen (hook not reached)")
+        return
+    inj.start(job)
+    first = job.step()
+    job.wait(lambda: not glob.glob(os.path.join(job.chaos, "ckpt_writing.*")), delay + 10, "the write's end")
+    trained = job.step() - first
+    inj.t_end = time.time()
+    if trained < job.cfg.checkpoint_every:
+        inj.notes.append("training stalled during the background write: %d step(s) in %.0f s" % (trained, delay))
+    inj.expect_events.append(("checkpoint_skipped", {}))
+    inj.moment = "step>=%d, the write of step %d paused %.0f s: %d steps trained meanwhile" % (
+        k, marker["step"], delay, trained)
+
+
 FAULTS = [
     ("none", fault_none, {}),
     ("launcher-kill-random", fault_launcher_kill_random, {}),
@@ -840,10 +1238,25 @@ FAULTS = [
     ("stall-lock", fault_stall_lock, {}),
     ("stall-lock-timeout", fault_stall_lock_timeout, {}),
     ("stall-launcher", fault_stall_launcher, {}),
+    ("hostile-link-events", fault_hostile_link_events, {}),
+    ("hostile-link-in-checkpoint", fault_hostile_link_in_checkpoint, {}),
+    ("hostile-link-job-files", fault_hostile_link_job_files, {}),
+    ("hostile-drain-shell-reason", fault_hostile_drain_shell, {}),
+    ("hostile-launcher-state-list", fault_hostile_launcher_state, {}),
+    ("hostile-heartbeat-step-x", fault_hostile_heartbeat, {"DT_CHAOS_DT_LINE_HOSTS": A}),
+    ("hostile-warm-flood", fault_hostile_warm_flood, {}),
+    ("hostile-forged-meta", fault_hostile_forged_meta, {}),
+    ("hostile-start-over", fault_hostile_start_over, {}),
+    ("ckpt-writer-crash-mid-write", fault_ckpt_writer_crash, {}),
+    ("ckpt-writer-slow-write", fault_ckpt_writer_slow, {}),
 ]
 FAULT_NAMES = [f[0] for f in FAULTS]
-# `make test` (tests/unit/runtime/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2
-QUICK = ["torn-log-line", "launcher-kill-mid-checkpoint", "ckpt-damaged-meta"]
+# the rows that run dt-checkpoint-sync beside the job (a moto S3 server of the controller venv)
+SYNC_FAULTS = {"hostile-link-job-files", "hostile-forged-meta", "hostile-start-over"}
+# `make test` (tests/unit/runtime/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2,
+# and (issue 40) a hostile worker's @@DT lines and a crash of the background checkpoint writer
+QUICK = ["torn-log-line", "launcher-kill-mid-checkpoint", "ckpt-damaged-meta", "hostile-heartbeat-step-x",
+         "ckpt-writer-crash-mid-write"]
 
 
 # ====================================================================== invariants
@@ -979,10 +1392,67 @@ def check(job, inj):
         res["recomputed"] = max([recomputed] + reported)
     else:
         v.append("fault not injected: %s" % ("; ".join(inj.notes) or "its moment never came"))
+    v.extend(check_master_side(job, inj, timed))
     for note in inj.notes:
         if inj.injected:
             v.append(note)
     return _collapse(v), res
+
+
+def check_master_side(job, inj, timed):
+    """Issue 40's invariant: nothing outside the volume's drop boxes changed on the master's side."""
+    v = []
+    after = tree_state(job.outside)
+    if after != job.outside_before:
+        changed = sorted(k for k in set(after) | set(job.outside_before) if after.get(k) != job.outside_before.get(k))
+        v.append("outside the volume changed: %s" % changed)
+    extra = sorted(set(os.listdir(job.workdir)) - WORKDIR_ENTRIES)
+    if extra:
+        v.append("files created beside the volume: %s" % extra)
+    restarts = max(0, job.incarnation - 1)
+    if inj.max_restarts is not None and restarts > inj.max_restarts:
+        v.append("the launcher restarted %d time(s), %d expected: the hostile input stopped it"
+                 % (restarts, inj.max_restarts))
+    ckdir = os.path.realpath(job.ckdir)
+    for _t, e in timed:
+        path = e.get("resume_path") if e.get("event") == "generation_start" else None
+        if path and not os.path.realpath(str(path)).startswith(ckdir + os.sep):
+            v.append("generation %s resumed from %s, outside checkpoints/" % (e.get("generation"), path))
+    since = [e for t, e in timed if inj.t0 is not None and t >= inj.t0 - 1]
+    for name, fields in inj.expect_events:
+        if not [e for e in since if e.get("event") == name and all(e.get(f) == x for f, x in fields.items())]:
+            v.append("no %s event%s after the injection" % (name, " with %s" % fields if fields else ""))
+    if job.sync:
+        v.extend(_check_sync(job, inj, since))
+    return v
+
+
+def _check_sync(job, inj, since):
+    v, final = [], job.s3_final or {}
+    if final.get("error"):
+        return ["S3 unreadable at the end: %s" % final["error"]]
+    with open(os.path.join(job.outside, "id_ed25519"), "rb") as handle:
+        key_sha = hashlib.sha256(handle.read()).hexdigest()
+    leaked = [k for k, sha in final.get("objects", {}).items() if sha == key_sha]
+    if leaked:
+        v.append("the master's key is in S3: %s" % leaked)
+    forged = [k for k in final.get("objects", {}) if "ckpt-9999999999" in k]
+    if forged:
+        v.append("a forged checkpoint is in S3: %s" % forged[:3])
+    latest = final.get("latest") or {}
+    if latest.get("step") != final.get("want"):
+        v.append("S3's LATEST.json at step %s, the run's final checkpoint is step %s" % (latest.get("step"),
+                                                                                          final.get("want")))
+    state = job.sync_state()
+    if state.get("error") is not None:
+        v.append("the sync's last pass failed: %s" % state.get("error"))
+    said = [e.get("event") for e in since if e.get("source") == "checkpoint-sync"]
+    for name in inj.sync_events:
+        if name not in said:
+            v.append("no %s event of the sync (its events: %s)" % (name, said))
+    if inj.sync_error and not [e for e in inj.sync_errors if inj.sync_error in str(e)]:
+        v.append("the sync did not report the link at %s (its errors: %s)" % (inj.sync_error, inj.sync_errors))
+    return v
 
 
 def _collapse(violations):
@@ -1125,7 +1595,8 @@ def run_fault(name, seed, cfg, node_python, data, base_dir, index, pythonpath=()
     result = Result(name, seed)
     workdir = tempfile.mkdtemp(prefix="%s-" % name, dir=base_dir)
     rng = random.Random("%d:%s" % (seed, name))
-    job = Job(workdir, cfg, node_python, data, port_base + 50 * index, list(pythonpath), env, out=out)
+    job = Job(workdir, cfg, node_python, data, port_base + 50 * index, list(pythonpath), env, out=out,
+              sync=name in SYNC_FAULTS)
     inj = Injection()
     result.inj = inj
     t0 = time.time()

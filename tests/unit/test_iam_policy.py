@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.tags import CLUSTER as CLUSTER_TAG
+
 ROOT = Path(__file__).resolve().parents[2]
 IAM = ROOT / "files" / "iam"
 POLICY_FILE = IAM / "dynatrain-reconcile-policy.json"
 TRUST_FILE = IAM / "ec2-assume-role-trust.json"
 
 PLACEHOLDERS = ("CLUSTER_NAME", "REGION", "ACCOUNT_ID", "WORKER_LAUNCH_TEMPLATE_ID", "WORKER_SPOT_LAUNCH_TEMPLATE_ID")
-CLUSTER_TAG = "dynatrain:cluster"
 MUTATING = re.compile(r"^[a-z0-9-]+:(Create|Delete|Terminate|Run|Modify|Attach|Detach|Put|Associate|"
                       r"Disassociate|Start|Stop|Reboot|Update|Replace|Authorize|Revoke)")
 

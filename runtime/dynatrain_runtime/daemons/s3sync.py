@@ -13,7 +13,10 @@ lists (nested ones too), each opened without following a link and hashed on the 
 (``results/final.json``...) that is a link is not uploaded.  A new run on the same prefix (the user
 moved ``checkpoints/`` away and started over: the newest local checkpoint is below LATEST and S3 does
 not hold it) is backed up, LATEST moving back to it, and said; a pass that fails is ``error`` in
-``control/s3sync.json`` (what ``job_info`` / ``status.yml`` show).
+``control/s3sync.json`` (what ``job_info`` / ``status.yml`` show, and the launcher's metrics read:
+``ok``, ``failed_passes``), and the turn from success to failure and back is an event in
+``events.jsonl`` (``checkpoint_sync_failed`` / ``checkpoint_sync_recovered``, as is a new run,
+``checkpoint_sync_new_run``): a backup that stops is seen where the job's other news is.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import time
 
 from ..contract.checkpoint import CKPT_PREFIX, DIGESTS, META, CheckpointError, CheckpointStore, read_meta, verify
 from ..contract.shared_volume import (EVENTS_FILE, HOST_WORKER_LOG_FILE, LAUNCHER_LOG, RESULT_FILE, STATUS_FILE,
-                                      JobFiles, NotRegularFile, fsync_directory, open_nofollow, read_bytes,
-                                      read_json, write_json)
+                                      JobFiles, NotRegularFile, append_jsonl, clean_text, fsync_directory,
+                                      open_nofollow, read_bytes, read_json, write_json)
 
+EVENT_SOURCE = "checkpoint-sync"           # the ``source`` of the sync's records in events.jsonl
 SSE = {"ServerSideEncryption": "AES256"}     # buckets encrypt by default too: belt and braces
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()=+@,:-]+")     # S3's safe key characters, and a few
@@ -148,7 +152,12 @@ class Sync:
         old = old if isinstance(old, dict) else {}         # the volume is anyone's: any shape
         uploaded = old.get("uploaded_bytes") if old.get("url") == self.url else 0
         self.uploaded_bytes = uploaded if isinstance(uploaded, int) and uploaded >= 0 else 0
+        failed = old.get("failed_passes") if old.get("url") == self.url else 0
+        self.failed_passes = failed if isinstance(failed, int) and failed >= 0 else 0   # the metrics' counter
         self.last_step, self.error, self.last_ok = None, None, None
+        # The error an event said last: a restart of the sync in the middle of a failure says its recovery.
+        said = old.get("error") if old.get("url") == self.url else None
+        self._said_error = said if isinstance(said, str) else None
         self.skipped = {}             # local checkpoint name -> why it is not uploaded (it does not verify)
         self.restarted = None         # the last new run found on this prefix (LATEST moved back to it)
         self.seen = {}                # job file key -> (size, mtime_ns) last uploaded
@@ -266,6 +275,7 @@ class Sync:
             self.restarted = {"time": time.time(), "step": restart, "previous_latest": done}
             self.log(f"a new run on {self.url}: the local checkpoints (newest {restart}) are below LATEST.json "
                      f"(step {done}) and not in S3; backing them up, LATEST moves back to them")
+            self.event("checkpoint_sync_new_run", url=self.url, step=restart, previous_latest=done)
             done = -1
         elif steps and steps[-1] < done and not self._warned:
             self._warned = True
@@ -346,6 +356,26 @@ class Sync:
     def log(self, text):
         print(f"dt-checkpoint-sync: {text}", file=sys.stderr, flush=True)
 
+    def event(self, event, **fields):
+        """One record in the job's ``events.jsonl`` (the shared volume's append: its lock, no link followed);
+        one that cannot be written is said in the sync's log, never fatal (the volume may be what failed)."""
+        try:
+            append_jsonl(self.files.events, dict(fields, event=event, time=time.time(), source=EVENT_SOURCE))
+        except (OSError, ValueError, TypeError) as exc:    # a lock timeout is a ValueError
+            self.log(f"cannot append {event} to {self.files.events}: {exc}")
+
+    def _say_transition(self):
+        """An event when the passes turn from success to failure and back (not one per failed pass:
+        a sync that fails every 5 s for a day would otherwise fill the events)."""
+        if self.error is not None and self._said_error is None:
+            self.event("checkpoint_sync_failed", url=self.url, error=clean_text(self.error, 400),
+                       failed_passes=self.failed_passes)
+            self._said_error = self.error
+        elif self.error is None and self._said_error is not None:
+            self.event("checkpoint_sync_recovered", url=self.url, last_step=self.last_step,
+                       failed_passes=self.failed_passes)
+            self._said_error = None
+
     def run_pass(self):
         """One pass; ``True`` when it succeeded.  Never raises but ``Stopped``."""
         try:
@@ -356,16 +386,19 @@ class Sync:
             raise
         except Exception as exc:       # noqa: BLE001 - network, credentials, bucket: retried next pass
             self.error = explain(exc, self.url)
+            self.failed_passes += 1
             if self._logged[0] != self.error or time.time() - self._logged[1] > 60:
                 self.log(f"pass failed: {self.error}")
                 self._logged = (self.error, time.time())
         finally:
             self.write_state()
+            self._say_transition()
         return self.error is None
 
     def write_state(self):
         state = {"url": self.url, "last_step": self.last_step, "last_pass_time": time.time(),
                  "last_ok_time": self.last_ok, "uploaded_bytes": self.uploaded_bytes, "error": self.error,
+                 "ok": self.error is None, "failed_passes": self.failed_passes,
                  "skipped": dict(sorted(self.skipped.items())[-5:]), "restarted": self.restarted}
         try:
             write_json(self.state_path, state)

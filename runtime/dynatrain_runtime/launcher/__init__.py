@@ -11,7 +11,9 @@ The parts: ``transport`` (local or ssh command lines), ``proc`` (a started proce
 ``child`` (the wrapper that ties a process's life to the launcher's), ``spares``
 (pre-warmed processes), ``membership`` (host_worker and its log), ``records``
 (events and status), ``generation`` (one process group and its failure checks),
-``loop`` (the main loop), ``cli`` (options).
+``loop`` (the main loop, over a launch strategy: ``strategy``, ``restart``, ``inplace``),
+``resize`` (a change's record), ``intake`` (drain and warm requests), ``failures`` (a lost
+worker), ``config`` (the settings), ``cli`` (options).
 """
 
 from __future__ import annotations

@@ -24,13 +24,7 @@ import sys
 import threading
 import time
 
-from ..contract.protocol import MSG_PREFIX
-from .localgroup import ALIVE_LINE, end_groups, run_group
-
-
-def exited_line(rc):
-    """The wrapper's last ``@@DT`` line: its command ended with ``rc`` (the launcher waits for it over ssh)."""
-    return (MSG_PREFIX + json.dumps({"kind": "exited", "rc": rc}) + "\n").encode()
+from .localgroup import ALIVE_LINE, end_groups, exited_line, run_group
 
 
 def _pump_stdin(proc, done):

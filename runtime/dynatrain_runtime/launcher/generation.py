@@ -24,6 +24,7 @@ INT_FIELDS = ("step", "epoch", "rank", "generation", "rc", "world")
 FLOAT_FIELDS = ("samples_per_s", "seconds", "time")
 TEXT_FIELDS = ("kind", "path", "reason", "error", "host", "role", "state", "at")
 MAX_INT = 1 << 62
+PLAIN_PROGRESS_S = 60.0     # a torchrun script's group that trained this long made progress (it reports no steps)
 
 
 def clean_int(value, default=None):
@@ -58,6 +59,8 @@ def clean_message(msg):
 
 class Generation:
     """The processes started for one membership, from start to done, stop or failure."""
+
+    holds_state = False                     # before its first step its members hold no boundary state
 
     def __init__(self, gid, membership, port, resume, plain=False, procs=1):
         self.id = gid
@@ -131,6 +134,19 @@ class Generation:
         alive = [w for host, w in self.workers.items()
                  if host not in failed and host not in self.exited and w.alive()]
         return sorted(alive, key=lambda w: ((w.last_hb or {}).get("rank", 1 << 30), w.host))
+
+    def survivors_hold_state(self):
+        """Can a survivor give the last completed step's state?  Not a torchrun script's (no helper API),
+        nor before the first step (the group is at its resume point) unless it was formed in place."""
+        return not self.plain and (self.first_step_at is not None or self.holds_state)
+
+    def made_progress(self, now=None):
+        """Did the group move the job on?  Steps past its resume point; a torchrun script (no steps):
+        a group that trained PLAIN_PROGRESS_S.  The give-up counter counts failures in a row without it."""
+        if not self.plain:
+            return self.max_step > self.resume_step
+        end = self.failed_at or (time.monotonic() if now is None else now)
+        return self.first_step_at is not None and end - self.first_step_at >= PLAIN_PROGRESS_S
 
     # ------------------------------------------------------------------ failure detection
     def exited_badly(self, now, master):

@@ -1,16 +1,17 @@
 """The in-place launch strategy: a membership change keeps the survivors' processes (torch + helper API).
 
-Beside the restart strategy (``Launcher.start_generation``: a new set of processes per generation, each
-resuming from a checkpoint -- MXNet, whose ps-lite cannot change its worker count, and scripts written for
-torchrun), chosen by ``--resize-mode`` (``auto``: in place for the torch engine with the helper API and one
-process per node; restart otherwise).  The loop asks it three things:
+Built on the restart strategy (``restart``: a new set of processes per generation, each resuming from a
+checkpoint -- MXNet, whose ps-lite cannot change its worker count, and scripts written for torchrun),
+chosen by ``--resize-mode`` (``auto``: in place for the torch engine with the helper API and one
+process per node; restart otherwise; ``strategy.choose``).  Beside the strategy's interface:
 
-* ``hold(g, outcome, info)``: keep ``g``'s survivors instead of ending them -- a planned change whose
-  workers all paused in place at the agreed boundary (no checkpoint written), or a lost worker (the master
-  survived and the group had trained: the survivors hold the boundary state in memory);
-* ``start(membership)``: the next generation from the held one -- a fresh rendezvous port, ``regroup``
-  on each survivor's stdin channel (its rank, world and port), ``leave`` to a removed host, a warm spare
-  assigned with ``DT_JOIN=peer`` for each joiner (it receives the state from the survivors);
+* ``hold(g, outcome, info)`` (from ``stop``): keep ``g``'s survivors instead of ending them -- a planned
+  change whose workers all paused in place at the agreed boundary (no checkpoint written), or a lost
+  worker (the master survived and the group had trained: the survivors hold the boundary state in memory);
+* ``start(membership)``: the next generation from the held one (none held: the restart path's) -- a fresh
+  rendezvous port, ``regroup`` on each survivor's stdin channel (its rank, world and port), ``leave`` to a
+  removed host, a warm spare assigned with ``DT_JOIN=peer`` for each joiner (it receives the state from
+  the survivors);
 * ``release(g, checkpoint)``: give up holding (a shutdown, a fallback): rank 0 writes the stop checkpoint
   from its live boundary state and every held process exits.
 
@@ -30,7 +31,8 @@ from ..contract.protocol import CMD_LEAVE, CMD_REGROUP
 from ..contract.shared_volume import clear_stop_request
 from .generation import Generation, clean_int
 from .proc import reap
-from .torchenv import free_port, node_gpus, torch_worker_env
+from .restart import Restart
+from .torchenv import free_port, torch_worker_env
 
 IN_PLACE_REASONS = ("resize", "drain")      # a shutdown's stop still checkpoints and exits
 LEAVE_GRACE_S = 5.0                         # a removed worker exits by itself within this, else it is ended
@@ -47,15 +49,6 @@ def resize_mode(setting, engine, script_api, procs, gpus=0):
         raise ValueError("--resize-mode in-place needs --engine torch, --script-api elastic and one process per "
                          f"node (got {engine}, {script_api}, {procs} per node): use restart")
     return setting
-
-
-def make_strategy(launcher):
-    """The launcher's in-place strategy, or None for the restart path alone."""
-    a = launcher.args
-    setting = getattr(a, "resize_mode", "auto")
-    gpus = node_gpus() if setting == "auto" and a.engine == "torch" else 0     # the nodes are alike
-    mode = resize_mode(setting, a.engine, a.script_api, launcher.procs, gpus)
-    return InPlace(launcher) if mode == "in-place" else None
 
 
 def _number(value, default=0.0):
@@ -93,7 +86,7 @@ class InPlaceGeneration(Generation):
                 self.resume_step = self.max_step = clean_int(msg.get("step"), self.resume_step)
         first = super().on_heartbeat(proc, msg)
         if first and self.resize is not None:
-            self.resize.update(self.summary(time.monotonic()))
+            self.resize.set(**self.summary(time.monotonic()))
         return first
 
     def summary(self, now):
@@ -127,17 +120,33 @@ class InPlaceGeneration(Generation):
         return super().survivors(failed)
 
 
-class InPlace:
+class InPlace(Restart):
     """The in-place launch strategy of ``launcher`` (see the module doc)."""
 
-    def __init__(self, launcher):
-        self.launcher = launcher
+    mode = "in-place"
+
+    def __init__(self, launcher, layout):
+        super().__init__(launcher, layout)
         self.held = None                    # the generation whose survivors wait for their regroup
         self.paused_at = None
-        self.regroup_timeout = float(getattr(launcher.args, "regroup_timeout", 30.0))
+        self.regroup_timeout = float(launcher.config.regroup_timeout)
 
     def env(self):
-        return {"DT_RESIZE_MODE": "in-place"}
+        return dict(super().env(), DT_RESIZE_MODE="in-place")
+
+    def stop(self, g, outcome, info):
+        """Hold ``g``'s survivors for an in-place regroup, else end its processes (the restart path)."""
+        if not self.hold(g, outcome, info):
+            super().stop(g, outcome, info)
+
+    def recovers_in_place(self, g, failed):
+        return self.can_recover(g, failed)
+
+    def after_failure(self, g, record):
+        if self.holding(g):
+            self.annotate(record)
+        else:
+            super().after_failure(g, record)
 
     # ------------------------------------------------------------------ hold
     def hold(self, g, outcome, info):
@@ -164,7 +173,7 @@ class InPlace:
         """A lost worker is recovered in place when the group had trained (its members hold a boundary),
         the master (rank 0, the rendezvous) survived and this is not a regroup that itself failed."""
         L = self.launcher
-        if L.args.recovery != "survivor" or g.plain or g.first_step_at is None or L.shutdown:
+        if L.config.recovery != "survivor" or g.plain or g.first_step_at is None or L.shutdown:
             return False
         # only a host whose process ended: its connections are closed, so the survivors' collective fails
         # at once and they wait for the regroup.  A silent one (a frozen VM, a vanished host) leaves them
@@ -179,24 +188,24 @@ class InPlace:
 
     def annotate(self, resize):
         """A failure recovered in place: say so in its resize record (the boundary is known at the regroup)."""
-        resize.update(recovered_from="in-place", resume_step=None, recomputed_steps=None)
-        self.launcher.out(f"generation {resize['from_generation']}: the survivors re-form in place from their "
+        resize.set(recovered_from="in-place", resume_step=None, recomputed_steps=None)
+        self.launcher.out(f"generation {resize.from_generation}: the survivors re-form in place from their "
                           "boundary state (the step in flight is redone)")
 
     # ------------------------------------------------------------------ start
     def start(self, membership):
-        """The next generation from the held one; None when there is none held (the restart path starts it)."""
+        """The next generation from the held one; the restart path's when there is none held."""
         L, prev = self.launcher, self.held
         self.held = None
         if prev is None:
-            return None
+            return super().start(membership)
         survivors = {h: w for h, w in prev.workers.items()
                      if h in membership and h not in prev.exited and w.alive()}
         if L.master not in survivors:       # rank 0 hosts the rendezvous and never leaves
             self.release(prev, checkpoint=False)
-            return None
-        gid = L.next_generation_id()
-        port = free_port(L.args.port_base, gid)
+            return super().start(membership)
+        gid = L.intake.next_generation_id()
+        port = free_port(L.config.port_base, gid)
         g = InPlaceGeneration(gid, membership, port, L.procs, prev.max_step, prev.epoch, self.regroup_timeout,
                               self.paused_at or time.monotonic(), prev.step_time or L.step_time)
         L.joining = None
@@ -223,7 +232,7 @@ class InPlace:
               f"(rendezvous {L.master}:{port}): survivors {sorted(survivors)}, joiners {joiners} "
               f"(state from live peers), left {sorted(h for h in prev.workers if h not in survivors)}")
         L.event("generation_start", generation=gid, membership=membership, world=g.world, port=port,
-                procs_per_node=L.procs, servers=[], engine=L.args.engine, resume_step=g.resume_step,
+                procs_per_node=L.procs, servers=[], engine=L.config.engine, resume_step=g.resume_step,
                 resume_path=None, inplace=True, survivors=sorted(survivors), joiners=joiners)
         return g
 
@@ -254,9 +263,9 @@ class InPlace:
         alive = [w for h, w in g.workers.items() if h not in g.exited and w.alive()]
         for w in alive:
             w.send({"kind": CMD_LEAVE, "generation": g.id, "checkpoint": checkpoint})
-        deadline = time.monotonic() + L.args.stop_timeout
+        deadline = time.monotonic() + L.config.stop_timeout
         while time.monotonic() < deadline and any(w.poll() is None for w in alive):
-            L._drain_messages()             # pylint: disable=protected-access
+            L.drain_messages()
         reap(alive, 2.0)
         L.out(f"generation {g.id}: held workers released" + (" (rank 0 wrote the stop checkpoint)" if checkpoint
                                                              else ""))

@@ -16,7 +16,9 @@ that of its local rank 0), and
   exits with its status: a lost local process loses its host, as a lost host does.  Once all ended
   by themselves, exits with 0, or EXIT_STOPPED when any stopped at the boundary.
 
-With ``--alive S`` (a script written for torchrun, no helper API) the wrapper says "alive" for them.
+With ``--alive S`` (a script written for torchrun, no helper API) the wrapper says "alive" for them,
+and "exited" (``exited_line``) after their last output line, as the one-process wrapper does: the
+launcher's restart of a torchrun script reads its end (and status) from it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ from .torchenv import local_env
 # what a wrapper says for a child that cannot (a torchrun script): "alive", as its own message line
 WRAPPER_ALIVE = {"kind": "alive", "by": "wrapper"}
 ALIVE_LINE = (MSG_PREFIX + json.dumps(WRAPPER_ALIVE) + "\n").encode()
+
+
+def exited_line(rc):
+    """The wrapper's last ``@@DT`` line: its command ended with ``rc`` (the launcher waits for it over ssh)."""
+    return (MSG_PREFIX + json.dumps({"kind": "exited", "rc": rc}) + "\n").encode()
 
 
 class Merge:
@@ -195,6 +202,12 @@ class LocalGroup:
     def end(self):
         end_groups(self.procs)
 
+    def say_exited(self, rc):
+        """``--alive``: after the processes' last lines, say "exited" (a torchrun script's stop waits for it)."""
+        for t in self.readers:
+            t.join(timeout=2.0)
+        self._write(exited_line(rc))
+
     def wait(self):
         """Until one failed or all ended; then the others are ended.  Returns the exit status."""
         while True:
@@ -224,11 +237,15 @@ def run_group(cmd, env, procs, alive=0.0):
 
     def on_signal(signum, _frame):
         group.end()
+        if alive > 0:
+            group.say_exited(exit_status([p.poll() for p in group.procs])[1])
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     threading.Thread(target=group.pump_stdin, daemon=True).start()
     rc = group.wait()
+    if alive > 0:
+        group.say_exited(rc)
     sys.stdout.flush()
     os._exit(rc)

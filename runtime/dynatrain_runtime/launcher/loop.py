@@ -3,7 +3,8 @@
 A change of ``host_worker`` is applied at the next step boundary (``--resize-at step``,
 default) or epoch boundary (``--resize-at epoch``, DT's behaviour): stop request ->
 every worker stops at the same boundary, rank 0 checkpoints, all exit -> the process
-group is rebuilt with the new membership -> it resumes from exactly that step.
+group is rebuilt with the new membership -> it resumes from exactly that step (the restart
+path; in place, the survivors pause at the boundary and stay: ``inplace``).
 A lost worker is logged ``FAILED``, dropped from ``host_worker``, and the job resumes
 from the state of the last completed step, which one survivor writes as a recovery
 checkpoint when asked (``--recovery survivor``, default); only when no survivor gives it
@@ -12,6 +13,9 @@ SIGTERM: stop at the next boundary, checkpoint, exit 0.
 A script written for torchrun (``--script-api torchrun``: no helper API) is run as torchrun runs
 it: each generation starts it with torchrun's environment, a change ends it (SIGTERM) and starts
 it again with the new membership, and it resumes from its own checkpoint.
+The loop runs over a launch strategy (``strategy``: ``restart``, ``inplace``), chosen once from the
+engine, the script API and ``--resize-mode``; the control requests on the volume are taken by
+``intake``, a failed generation is handled by ``failures``, a change is told by a ``ResizeRecord``.
 Every interval and timeout is measured on the monotonic clock (a wall-clock step must not
 mark workers FAILED); wall-clock times only go into the records.  An unexpected error ends
 the launcher with EXIT_CRASHED, which systemd restarts; only the final statuses (gave up,
@@ -24,96 +28,65 @@ import os
 import queue
 import signal
 import sys
-import threading
 import time
 import traceback
 
 from ..contract.checkpoint import TMP_AGE_AT_START, CheckpointStore, NoValidCheckpoint
-from ..contract.protocol import (EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command,
-                                 stop_command)
-from ..contract.shared_volume import (WARM_TTL, JobFiles, clean_text, clear_drain_request, clear_stop_request,
-                                      clear_warm_request, is_number, read_drain_requests, read_json,
-                                      read_warm_requests, warm_dir, write_json, write_stop_request)
-from .generation import Generation, clean_int, clean_message
+from ..contract.protocol import EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER, MSG_STOP_ACK, stop_at_command
+from ..contract.shared_volume import JobFiles, clear_stop_request, write_stop_request
+from .config import as_config
+from .failures import FailureHandling
+from .generation import clean_message
+from .intake import ControlIntake
 from .membership import Membership
 from .metrics import Metrics, serve as serve_metrics
 from .proc import Proc, reap
 from .records import Records
-from .spares import SparePool, server_hosts
-from .inplace import make_strategy
-from .torchenv import free_port, procs_per_node, torch_worker_env
-from .transport import Transport, secret_env
+from .resize import ResizeRecord
+from .spares import SparePool
+from .strategy import choose
+from .transport import Transport, secret_env, worker_argv
 
 
 RETRY_WRITES_S = 5.0        # s between two tries of a failed host_worker_log append or host_worker edit
-PLAIN_ALIVE_S = 1.0         # a torchrun script's wrapper says "alive" this often
-PLAIN_CONFIRM_S = 2.0       # a torchrun script's group is in effect once all its processes lived this long
-PLAIN_PROGRESS_S = 60.0     # a torchrun script's group that trained this long made progress (it reports no steps)
-MAX_WARM_REQUESTS = 8       # hosts warmed ahead of their join at once: each is a process (an ssh) and a thread
-
-
-def saved_generation(path):
-    """The generation counter in ``control/launcher_state.json``, 0 when it holds none: the volume is
-    writable by every node, so any other content (a list, a string, bytes, a negative) is ignored."""
-    state = read_json(path)
-    value = clean_int(state.get("generation")) if isinstance(state, dict) else None
-    return value if value is not None and value >= 0 else 0
-
-
-def drain_fields(req):
-    """The fields of a drain request (a node's own file) that go into the records: typed, printable, short."""
-    return {"reason": clean_text(req.get("reason")), "notice": clean_text(req.get("notice")),
-            "requested_at": req.get("time") if is_number(req.get("time")) else None}
-
-
-def wall_clock_resize(resize):
-    """A resize's fields for events.jsonl: ``detected_at`` as wall-clock time, as every event's ``time``
-    (the launcher keeps it on the monotonic clock, which its intervals are measured on)."""
-    out = dict(resize)
-    if out.get("detected_at") is not None:
-        out["detected_at"] = round(time.time() - (time.monotonic() - out["detected_at"]), 3)
-    return out
 
 
 class Launcher:
-    def __init__(self, args):
-        self.args = args
-        self.files = JobFiles(args.efs_mount, args.checkpoint_dir)
+    def __init__(self, config):
+        self.config = config = as_config(config)     # built once (``cli``); read, never changed
+        self.files = JobFiles(config.efs_mount, config.checkpoint_dir)
         self.efs = self.files.efs
         self.store = CheckpointStore(self.files.checkpoints)
-        self.records = Records(self.files, args.status_interval)
+        self.records = Records(self.files, config.status_interval)
         self.out, self.event = self.records.out, self.records.event
         self.store.warn = self._checkpoint_skipped
         self.exit = None                        # why the launcher ended (status.json), once it did
-        self.warm_seen = {}                     # ip -> (its warm request, monotonic time first seen)
-        self.warm_capped = None                 # how many warm requests were over the cap when last said
         self.retry_writes_at = 0.0              # monotonic: when to retry failed log/host_worker writes
-        self.members = Membership(self.files, self.records, master=args.master)
-        self.transport = Transport(args.transport, args.python, args.ssh_user, args.ssh_key, args.known_hosts,
-                                   args.ssh_connect_timeout, args.local_ip, secrets=secret_env())
-        self.plain = args.script_api == "torchrun"      # no helper API: no spares, no step boundary
+        self.members = Membership(self.files, self.records, master=config.master)
+        self.transport = Transport(config.transport, config.python, config.ssh_user, config.ssh_key,
+                                   config.known_hosts, config.ssh_connect_timeout, config.local_ip,
+                                   secrets=secret_env())
         # torch: a host's process is its wrapper, which runs this many (one per GPU: LOCAL_RANK)
-        self.procs = procs_per_node(getattr(args, "procs_per_node", 1), args.engine)
-        self.spares = SparePool(self.spawn, args.warm_spares and not self.plain, args.num_servers, args.spare_depth,
-                                servers=args.engine == "mxnet")      # torch: workers only
-        self.master = args.master             # the transport runs the master's processes locally
+        self.procs = config.procs
+        self.intake = ControlIntake(self)       # drain and warm requests, the generation counter
+        self.failures = FailureHandling(self)   # a lost worker, survivor recovery, the give-up counter
+        self.strategy = choose(self)            # restart or in place: how generations start, change, stop
+        self.spares = SparePool(self.spawn, config.warm_spares and self.strategy.warm_spares, config.num_servers,
+                                config.spare_depth, servers=self.strategy.servers)
+        self.master = config.master             # the transport runs the master's processes locally
         self.msgq = queue.Queue()
         self.metrics_server = None
         self.shutdown = None                    # reason once SIGTERM/SIGINT arrived
         self.membership = []
         self.state = "starting"
         self.gen = None
-        self.gen_counter = 0
-        self.failures_without_progress = 0
-        self.pending_resize = None
+        self.pending_resize = None              # the ResizeRecord of the change the next generation makes
         self.reapers = []
-        self.draining = {}                      # ip -> its drain request (spot notice), until it has left
         self.joining = None                     # hosts being added: {"hosts", "since"} while they warm up
         self.reported_ckpt = None               # the newest checkpoint path a worker reported writing
         self.step_time = 0.0                    # the last generation's observed s/step (timeouts scale)
         self.last_start_s = 0.0                 # the last generation's start -> first step, s
         self.judge_silence_after = 0.0          # monotonic: no silence judged before (see _note_own_stall)
-        self.inplace = make_strategy(self)      # --resize-mode: survivors kept in place (None: restart path)
 
     @property
     def master(self):
@@ -134,10 +107,10 @@ class Launcher:
                 "generation": g.id if g else None, "epoch": g.epoch if g else None,
                 "step": g.max_step if g else None, "samples_per_s": round(g.samples_per_s, 2) if g else 0.0,
                 "last_checkpoint": g.last_ckpt if g else None, "host_worker_error": self.members.error,
-                "resize_at": self.args.resize_at, "spares_ready": self.spares.ready_count(),
+                "resize_at": self.config.resize_at, "spares_ready": self.spares.ready_count(),
                 "spares_wanted": self.spares.wanted_count(),
                 "joiners_warm": [h for h in sorted(self.spares.pending) if self.spares.joiner_warm(h)],
-                "exit": self.exit, "engine": self.args.engine}
+                "exit": self.exit, "engine": self.config.engine}
 
     def write_status(self, force=False):
         self.records.status(self._snapshot, force=force)
@@ -145,11 +118,11 @@ class Launcher:
     # ------------------------------------------------------------------ metrics
     def start_metrics(self):
         """Prometheus metrics on ``--metrics-port`` (0: none); counters from every event written."""
-        if not self.args.metrics_port or self.metrics_server is not None:
+        if not self.config.metrics_port or self.metrics_server is not None:
             return
-        metrics = Metrics()
+        metrics = Metrics(sync_state=self.files.s3sync_state)
         self.records.observe = metrics.observe
-        self.metrics_server = serve_metrics(self.args.metrics_address, self.args.metrics_port,
+        self.metrics_server = serve_metrics(self.config.metrics_address, self.config.metrics_port,
                                             lambda: metrics.render(self._snapshot(), self.host_states()), self.out)
 
     def host_states(self):
@@ -158,106 +131,33 @@ class Launcher:
         states = {ip: "training" for ip in (g.membership if g else self.membership)}
         for ip in list(self.spares.pending):
             states.setdefault(ip, "joining")
-        for ip in list(self.draining):
+        for ip in list(self.intake.draining):
             states[ip] = "draining"
         return states
 
     # ------------------------------------------------------------------ processes
     def static_env(self, host):
+        c = self.config
         env = {"EFS_MOUNT": self.efs, "DT_WORKER_IP": host, "PYTHONUNBUFFERED": "1",
                "DT_EVENTS": self.files.events, "DT_CHECKPOINT_DIR": self.store.directory,
-               "DT_RESIZE_AT": self.args.resize_at, "DT_MASTER_IP": self.master or "",
-               "DT_RECOVERY": self.args.recovery, "DT_ENGINE": self.args.engine}
-        if not self.plain:
-            env["DT_ASSIGN"] = "stdin"          # a warm process waits for its generation's environment
-        if self.inplace is not None:
-            env.update(self.inplace.env())
-        if self.args.omp_threads:
+               "DT_RESIZE_AT": c.resize_at, "DT_MASTER_IP": self.master or "",
+               "DT_RECOVERY": c.recovery, "DT_ENGINE": c.engine}
+        env.update(self.strategy.env())         # the helper API's: a warm process waits for its assignment
+        if c.omp_threads:
             for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS"):
-                env[key] = str(self.args.omp_threads)
-        for item in self.args.env:
+                env[key] = str(c.omp_threads)
+        for item in c.env:
             key, _sep, value = item.partition("=")
             env[key] = value
         return env
 
     def spawn(self, host, kind):
-        a = self.args
-        if kind == "worker":
-            argv = [a.python] + script_argv(a.script) + list(a.script_args)
-        else:
-            argv = [a.python, "-m", "dynatrain_runtime.engines.mxnet_serve"]
+        """A warm process (the spare pool's): a worker, or a scheduler/server (``serve``: the layout's)."""
+        argv = worker_argv(self.config) if kind == "worker" else self.strategy.layout.serve_argv(self.config.python)
         cmd = self.transport.command(host, argv, self.static_env(host), procs=self.procs if kind == "worker" else 1)
         return Proc(host, kind, cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
 
-    def spawn_plain(self, host, gid, env):
-        """A torchrun script's process of generation ``gid``, its environment given at its start."""
-        a = self.args
-        argv = [a.python] + script_argv(a.script) + list(a.script_args)
-        cmd = self.transport.command(host, argv, dict(self.static_env(host), **env), alive=PLAIN_ALIVE_S,
-                                     procs=self.procs)
-        proc = Proc(host, "worker", cmd, self.msgq, self.out, stdin_head=self.transport.stdin_head(host))
-        proc.role, proc.generation, proc.label = "worker", gid, f"worker@{host}"
-        proc.remote = not self.transport.is_local(host)     # ended through its wrapper, not its ssh (``end``)
-        proc.assigned_at = proc.started
-        return proc
-
     # ------------------------------------------------------------------ generations
-    def next_generation_id(self):
-        self.gen_counter += 1
-        write_json(self.files.launcher_state, {"generation": self.gen_counter})
-        return self.gen_counter
-
-    def start_generation(self, membership):
-        resume = self.resume_point()
-        gid = self.next_generation_id()
-        port = self.args.port_base + (gid % 500)
-        if self.args.engine == "torch":         # the store binds on the master, here: skip a taken port
-            port = free_port(self.args.port_base, gid)
-        g = Generation(gid, membership, port, resume, plain=self.plain, procs=self.procs)
-        self.joining = None
-        clear_stop_request(self.files)
-        gen_env = {"DT_GENERATION": str(gid)}
-        if resume:
-            gen_env["DT_RESUME_PATH"] = resume[0]
-        else:
-            gen_env["DT_RESUME"] = "none"
-        if self.args.engine == "torch":
-            servers, worker_env = [], torch_worker_env(membership, self.master, port, gid, self.procs)
-            connect = f"rendezvous {self.master}:{port} (torch.distributed)"
-        else:
-            servers, worker_env = self._start_servers(g, membership, port, gen_env)
-            connect = f"scheduler {self.master}:{port}, {len(servers)} server(s)"
-        for host in membership:
-            if self.plain:
-                g.workers[host] = self.spawn_plain(host, gid, dict(gen_env, **worker_env[host]))
-                continue
-            w = self.spares.take(host, "worker")
-            w.assign("worker", gid, dict(gen_env, **worker_env[host]))
-            g.workers[host] = w
-        self.spares.plan(membership, self.master)   # what to replace (warmed once this group trains)
-        self.gen = g
-        self.state = "running" if g.resize is None else "resizing"
-        start = f"resume from step {g.resume_step} ({resume[0]})" if resume else "fresh start"
-        per_node = f" x {self.procs} processes" if self.procs > 1 else ""
-        self.out(f"generation {gid}: {len(membership)} worker(s){per_node} {membership}, {connect}, {start}")
-        self.event("generation_start", generation=gid, membership=membership, world=g.world, port=port,
-                   procs_per_node=self.procs,
-                   servers=servers, engine=self.args.engine,
-                   resume_step=g.resume_step, resume_path=resume[0] if resume else None)
-        return g
-
-    def _start_servers(self, g, membership, port, gen_env):
-        """MXNet: the scheduler and the servers of generation ``g``; ``(servers, {host: worker env})``."""
-        servers = server_hosts(self.args.num_servers, membership, self.master)
-        ps_env = dict(gen_env, DMLC_PS_ROOT_URI=self.master, DMLC_PS_ROOT_PORT=str(port),
-                      DMLC_NUM_SERVER=str(len(servers)), DMLC_NUM_WORKER=str(len(membership)), PS_VERBOSE="0")
-        # ps-lite has no membership change: every server (and the scheduler) is a new one each generation
-        for role, host in [("scheduler", self.master)] + [("server", h) for h in servers]:
-            proc = self.spares.take(host, "serve")
-            proc.assign(role, g.id, dict(ps_env, DMLC_ROLE=role, DMLC_NODE_HOST=host))
-            g.servers.append(proc)
-        return servers, {host: dict(ps_env, DMLC_ROLE="worker", DMLC_NODE_HOST=host) for host in membership}
-
     def resume_point(self):
         """``(path, meta)`` to resume from: the newest checkpoint that verifies, trusting the path its writer
         reported over a directory listing that may lag on a shared volume (``CheckpointStore.newest``).
@@ -273,13 +173,9 @@ class Launcher:
             return
         g.stop_at = time.monotonic()
         g.stop_reason = reason
-        at = "epoch" if (reason == "resize" and self.args.resize_at == "epoch") else "step"   # drains: step
+        at = "epoch" if (reason == "resize" and self.config.resize_at == "epoch") else "step"   # drains: step
         g.stop_mode = at
-        for w in g.workers.values():                             # first: the workers get it on stdin
-            if self.plain:
-                w.end()     # a torchrun script: ended (its wrapper says "exited"), started again (torchrun's way)
-            else:
-                w.send(stop_command(g.id, at, reason))
+        self.strategy.change(g, reason, at)                      # first: the workers are told
         write_stop_request(self.files, g.id, reason, at=at)      # the record (an fsync: after the sends)
         self.out(f"generation {g.id}: stop requested ({reason}) at the next {at} boundary")
 
@@ -350,28 +246,28 @@ class Launcher:
     def on_first_step(self, g, proc, msg):
         g.first_step_at = time.monotonic()
         self.last_start_s = g.first_step_at - g.started
-        if not g.plain:                         # a torchrun script's progress is unknown: torchrun's count
-            self.failures_without_progress = 0
+        self.failures.progressed(g)
         self.state = "running"
-        self.confirm(g.membership)
+        self.intake.confirm(g.membership)
         if g.resize is not None:
             r = g.resize
-            r.update(first_step_s=round(g.first_step_at - g.started, 3),
-                     total_s=round(g.first_step_at - r["detected_at"], 3),
-                     first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
-                     resume_step=g.resume_step,
-                     recomputed_steps=None if g.plain else max(0, r.get("stop_step", g.resume_step)
-                                                               - g.resume_step))   # plain: the script's
+            stop_step = g.resume_step if r.stop_step is None else r.stop_step
+            r.set(first_step_s=round(g.first_step_at - g.started, 3),
+                  total_s=round(g.first_step_at - r.detected_at, 3),
+                  first_step=int(msg.get("step", 0)), world=g.world, generation=g.id,
+                  resume_step=g.resume_step,
+                  recomputed_steps=None if g.plain else max(0, stop_step - g.resume_step))   # plain: the script's
             if msg.get("phases"):               # where the restart went, s after the assignment (this worker)
-                r["phases"] = dict(msg["phases"], host=proc.host)
-            self.out(f"resize done: world {r['from_world']} -> {g.world} in {r['total_s']:.2f} s "
-                     f"(stop {r.get('stop_s', 0.0):.2f} s, restart {r['first_step_s']:.2f} s)")
-            self.event("resize_end", **wall_clock_resize(r))
+                r.phases = dict(msg["phases"], host=proc.host)
+            self.out(f"resize done: world {r.from_world} -> {g.world} in {r.total_s:.2f} s "
+                     f"(stop {r.stop_s or 0.0:.2f} s, restart {r.first_step_s:.2f} s)")
+            self.event("resize_end", **r.event_fields())
         self.spares.plan(g.membership, self.master)
         self.write_status(force=True)
 
     # ------------------------------------------------------------------ watching a generation
-    def _drain_messages(self):
+    def drain_messages(self):
+        """Handle the workers' messages: the first within 0.1 s, then whatever is queued."""
         try:
             proc, msg = self.msgq.get(timeout=0.1)
             self.handle_msg(proc, msg)
@@ -381,89 +277,11 @@ class Launcher:
         except queue.Empty:
             pass
 
-    def confirm(self, membership):
-        """Log the membership now in effect; drained nodes that left are logged with their reason."""
-        reasons = {ip: req.get("reason") for ip, req in self.draining.items()}
-        for ip in self.members.confirm(membership, reasons):
-            if ip in self.draining:
-                del self.draining[ip]
-                clear_drain_request(self.files, ip)
-
-    def _take_drains(self, g):
-        """Drop the nodes that asked to be drained from host_worker: they leave at the next step."""
-        requests = read_drain_requests(self.files)
-        new = [ip for ip in requests if ip in g.membership and ip not in self.draining]
-        for ip in new:
-            req = drain_fields(requests[ip])
-            if ip == self.master:
-                self.out(f"drain requested for the master {ip} ({req['reason']!r}): the master cannot leave; "
-                         "the job checkpoints every --checkpoint-every steps")
-                self.event("drain_refused", ip=ip, reason=req["reason"], notice=req["notice"])
-                clear_drain_request(self.files, ip)
-                continue
-            self.draining[ip] = req
-            self.out(f"drain requested for {ip} ({req['reason']!r}): it leaves at the next step boundary")
-            self.event("drain_requested", ip=ip, **req)
-        leaving = [ip for ip in new if ip in self.draining]
-        if leaving:
-            self.members.drop(leaving)
-        for ip in requests:                 # requests of nodes that are gone already
-            if ip not in g.membership and ip not in self.draining:
-                clear_drain_request(self.files, ip)
-
-    def _warm_request_age(self, ip, req, now):
-        """Seconds since this launcher first saw the request (``now``: monotonic).  Its ``time`` is the
-        controller's clock, not ours: it only tells a rewritten request from the one seen before."""
-        key = (req.get("time"), req.get("ttl"))
-        seen = self.warm_seen.get(ip)
-        if seen is None or seen[0] != key:
-            seen = self.warm_seen[ip] = (key, now)
-        return now - seen[1]
-
-    def _take_warm_requests(self, g, now):
-        """Hosts about to join (``control/warm/<ip>.json``, written by add_workers before its host_worker
-        edit): their worker process starts now, so the resize after the edit finds it warm.  A request
-        is deleted once its host is a member, or ``ttl`` s after the launcher first saw it when it never
-        joined (after a launcher restart: a full ``ttl`` again, the safe side)."""
-        expected = []
-        requests = read_warm_requests(self.files)
-        for ip, req in requests.items():
-            try:
-                expired = self._warm_request_age(ip, req, now) > float(req.get("ttl", WARM_TTL))
-            except (TypeError, ValueError):
-                expired = True
-            if ip in g.membership or expired:
-                clear_warm_request(self.files, ip)
-                self.warm_seen.pop(ip, None)
-                if expired and ip not in g.membership:
-                    self.event("warm_request_expired", ip=ip)
-            else:
-                expected.append(ip)
-        for ip in [ip for ip in self.warm_seen if ip not in requests]:      # deleted by someone else
-            del self.warm_seen[ip]
-        expected = self._cap_warm(sorted(expected))
-        started = self.spares.expect(expected)
-        if started:
-            self.out(f"warm request for {started}: starting their processes before they join")
-            self.event("warm_request", hosts=started)
-
-    def _cap_warm(self, expected):
-        """At most MAX_WARM_REQUESTS hosts warmed ahead of their join (any node can write a request);
-        the rest wait for their host_worker edit, as without a request.  Said once per excess."""
-        if len(expected) <= MAX_WARM_REQUESTS:
-            self.warm_capped = None
-            return expected
-        if self.warm_capped != len(expected):
-            self.warm_capped = len(expected)
-            self.out(f"WARNING {len(expected)} warm requests: warming only the first {MAX_WARM_REQUESTS}")
-            self.event("warm_requests_capped", requested=len(expected), warmed=expected[:MAX_WARM_REQUESTS])
-        return expected[:MAX_WARM_REQUESTS]
-
     def _check_host_worker(self, g, now):
         """Start a resize when host_worker names another membership (or a node asked to be drained)."""
         self._retry_membership_writes(now)
-        self._take_drains(g)
-        self._take_warm_requests(g, now)
+        self.intake.take_drains(g)
+        self.intake.take_warm_requests(g, now)
         hosts = self.members.read()
         if hosts is None or hosts == g.membership or g.stop_at is not None:
             if hosts == g.membership:
@@ -474,20 +292,13 @@ class Launcher:
         if added and not removed and not self._joiners_warm(added, now):
             return                              # train on while the new hosts import MXNet
         since, self.joining = (self.joining or {}).get("since", now), None
-        self.pending_resize = {"detected_at": since, "warm_wait_s": round(now - since, 3),
-                               "from": g.membership, "to": hosts, "from_world": g.world,
-                               "to_world": len(hosts) * self.procs,
-                               "added": added, "removed": removed, "resize_at": self.args.resize_at,
-                               "from_generation": g.id}
-        drained = [h for h in removed if h in self.draining]
-        if drained:
-            self.pending_resize["reason"] = "drain"
-            self.pending_resize["drained"] = {h: self.draining[h].get("reason") for h in drained}
-        boundary = "step" if drained else self.args.resize_at
+        r = self.pending_resize = ResizeRecord.for_change(g, hosts, self.procs, since, now, self.config.resize_at,
+                                                          self.intake.draining)
+        boundary = "step" if r.drained else self.config.resize_at
         self.state = "resizing"
-        self.request_stop(g, "drain" if drained else "resize")      # before the records: they fsync
+        self.request_stop(g, r.reason or "resize")                  # before the records: they fsync
         self.out(f"host_worker changed: +{added} -{removed} -> resize at the next {boundary} boundary")
-        self.event("resize_start", **wall_clock_resize(self.pending_resize))
+        self.event("resize_start", **r.event_fields())
 
     def _retry_membership_writes(self, now=None):
         """Write the log lines and host_worker edits that failed before (a lock held, a volume error);
@@ -497,12 +308,12 @@ class Launcher:
         self.retry_writes_at = time.monotonic() + RETRY_WRITES_S
         unconfirmed = self.members.retry()
         if unconfirmed is not None:
-            self.confirm(unconfirmed)
+            self.intake.confirm(unconfirmed)
 
     def _joiners_warm(self, added, now):
         """True once every added host has a warm process (or one of them cannot start one, or it took
         ``--join-warm-timeout`` s): a resize then pauses training for a reconnect, not for a cold start."""
-        if not self.spares.enabled or self.args.join_warm_timeout <= 0:
+        if not self.spares.enabled or self.config.join_warm_timeout <= 0:
             return True
         if self.joining is None:
             self.joining = {"since": now, "hosts": set()}
@@ -512,20 +323,20 @@ class Launcher:
             self.spares.prewarm(new)
             self.out(f"host_worker adds {new}: starting their processes; training goes on until they are warm")
         states = [self.spares.joiner_warm(h) for h in added]
-        return all(states) or None in states or now - self.joining["since"] >= self.args.join_warm_timeout
+        return all(states) or None in states or now - self.joining["since"] >= self.config.join_warm_timeout
 
     def limits(self, g):
         """``(start, stall)`` limits, s: the options are floors; a slow model gets --timeout-steps of its
         observed step time (this generation's, else the last one's), and a start at least twice the last
         generation's (checkpoint load and connection included)."""
-        a = self.args
+        a = self.config
         step_time = g.step_time or self.step_time
         stall = max(a.stall_timeout, a.timeout_steps * step_time)
         start = max(a.start_timeout, 2.0 * self.last_start_s + a.timeout_steps * step_time)
         return start, stall
 
     def _failures(self, g, now):
-        a = self.args
+        a = self.config
         start, stall = self.limits(g)
         failed = g.exited_badly(now, self.master)
         if now < self.judge_silence_after:      # we were frozen ourselves: our view of their silence is stale
@@ -537,8 +348,8 @@ class Launcher:
 
     def _outcome(self, g, now, failed):
         """``(outcome, info)`` once the generation is over, else None."""
-        if g.stop_at is not None and not failed and now - g.stop_at > self.args.stop_timeout:
-            self.out(f"generation {g.id}: workers did not stop within {self.args.stop_timeout:.0f} s; "
+        if g.stop_at is not None and not failed and now - g.stop_at > self.config.stop_timeout:
+            self.out(f"generation {g.id}: workers did not stop within {self.config.stop_timeout:.0f} s; "
                      "killing them (resume from the last checkpoint)")
             return "stopped", {"timeout": True}
         if failed:
@@ -555,7 +366,7 @@ class Launcher:
                            spares=self.spares.wanted_count())
         if len(g.exited) == len(g.workers):
             return ("done", {}) if all(rc == 0 for rc in g.exited.values()) else ("stopped", {})
-        if g.finished_training():               # the rest is exiting: teardown gives them a moment, then ends them
+        if g.finished_training():               # the rest is exiting: the strategy's stop gives them a moment, then ends them
             return "done", {}
         return None
 
@@ -564,147 +375,31 @@ class Launcher:
         next_hw = 0.0
         last_tick = time.monotonic()
         while True:
-            self._drain_messages()
+            self.drain_messages()
             now = time.monotonic()
             self._note_own_stall(now - last_tick, now)
             last_tick = now
             if self.shutdown and g.stop_at is None:
                 self.request_stop(g, "shutdown")
             if now >= next_hw:
-                next_hw = now + self.args.poll_interval
+                next_hw = now + self.config.poll_interval
                 self._check_host_worker(g, now)
             self.decide_stop(g)
-            self._plain_in_effect(g, now)
+            if g.first_step_at is None and g.stop_at is None and self.strategy.in_effect(g, now):
+                self.on_first_step(g, None, {"step": g.resume_step})      # (a torchrun script reports no steps)
             result = self._outcome(g, now, self._failures(g, now))
             if result is not None:
                 return result
             self.write_status()
 
-    def _plain_in_effect(self, g, now):
-        """A torchrun script's group is in effect (logged) once each of its processes has lived
-        PLAIN_CONFIRM_S: it reports no steps, and one that fails at its start ends the group first."""
-        if not g.plain or g.first_step_at is not None or g.stop_at is not None:
-            return
-        if now - g.started >= PLAIN_CONFIRM_S and all(
-                w.last_alive is not None and w.alive() for w in g.workers.values()):
-            self.on_first_step(g, None, {"step": g.resume_step})
-
     def _note_own_stall(self, gap, now):
         """A loop turn far longer than its 0.1 s means this process was frozen (SIGSTOP, a paused VM,
         swapping): the readers' backlog is not queued yet and every worker would look silent.  Judge
         silence and stalls again only a full dead timeout after we run again."""
-        if gap > self.args.dead_timeout / 2:
-            self.judge_silence_after = now + self.args.dead_timeout
+        if gap > self.config.dead_timeout / 2:
+            self.judge_silence_after = now + self.config.dead_timeout
             self.out(f"the launcher itself was stalled for {gap:.1f} s; no worker is judged silent "
-                     f"for the next {self.args.dead_timeout:.0f} s")
-
-    def teardown(self, g, outcome):
-        """Stop the generation's processes; the next generation need not wait for their exit."""
-        procs = g.procs()
-        if outcome == "done":
-            deadline = time.monotonic() + 3.0       # let ps-lite wind down by itself
-            while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-                time.sleep(0.05)
-            reap(procs, 2.0)
-            return
-        for p in procs:
-            p.terminate()
-        t = threading.Thread(target=reap, args=(procs, 2.0), name=f"reap-g{g.id}", daemon=True)
-        t.start()
-        self.reapers.append(t)
-
-    def recover(self, g, failed):
-        """Ask the survivors, best rank first, to write the last completed step's state.
-
-        Their training threads are blocked in a collective with the dead peer; the request is
-        served by their stdin channel.  Returns the answer that wrote a checkpoint, else None.
-        """
-        if self.args.recovery != "survivor" or g.plain or (g.first_step_at is None
-                                                           and not getattr(g, "holds_state", False)):
-            return None                         # before its first step the group is at its resume point
-        t0 = time.monotonic()
-        deadline = t0 + self.args.recover_timeout
-        tried = []
-        for w in g.survivors(failed):
-            if time.monotonic() >= deadline:
-                break
-            g.recovery = None
-            tried.append(w.host)
-            if not w.send({"kind": "recover", "generation": g.id, "failed": sorted(failed)}):
-                continue
-            while g.recovery is None and w.alive() and time.monotonic() < deadline:
-                self._drain_messages()
-            answer = g.recovery
-            if answer is not None and answer.get("ok"):
-                answer["seconds_total"] = round(answer["received_at"] - t0, 3)
-                self.out(f"generation {g.id}: survivor {w.host} (rank {answer.get('rank')}) wrote the state of "
-                         f"step {answer.get('step')} in {answer['seconds_total']:.2f} s")
-                self.event("recovery_checkpoint", generation=g.id, writer=w.host, rank=answer.get("rank"),
-                           step=answer.get("step"), path=answer.get("path"), seconds=answer["seconds_total"],
-                           write_s=answer.get("seconds"), failed=sorted(failed))
-                return answer
-            why = answer.get("reason") if answer else ("no answer" if w.alive() else "exited")
-            self.out(f"generation {g.id}: survivor {w.host} could not give the state: {why}")
-        self.event("recovery_unavailable", generation=g.id, tried=tried, failed=sorted(failed),
-                   seconds=round(time.monotonic() - t0, 3))
-        return None
-
-    def report_failure(self, g, failed):
-        for host, why in sorted(failed.items()):
-            self.out(f"generation {g.id}: FAILED {host}: {why}")
-            self.event("worker_failed", generation=g.id, ip=host, reason=why,
-                       dropped=host != self.master and host not in g.script_failed)
-
-    def made_progress(self, g, now=None):
-        """Did generation ``g`` move the job on?  Steps past its resume point; a torchrun script (no steps):
-        a group that trained PLAIN_PROGRESS_S.  The give-up counter counts failures in a row without it."""
-        if not g.plain:
-            return g.max_step > g.resume_step
-        end = g.failed_at or (time.monotonic() if now is None else now)
-        return g.first_step_at is not None and end - g.first_step_at >= PLAIN_PROGRESS_S
-
-    def count_failure(self, g):
-        """One more failed generation; the count starts again after one that made progress."""
-        if self.made_progress(g):
-            self.failures_without_progress = 0
-        self.failures_without_progress += 1
-
-    def handle_failure(self, g, failed, recovery=None):
-        self.count_failure(g)
-        drop = [h for h in g.lost(failed) if h != self.master]
-        for host in drop:
-            self.members.append_log("FAILED", host)
-        if drop:
-            self.members.drop(drop)
-            self.failures_without_progress = 0
-        if g.first_step_at is None and g.resume:
-            self.store.forget(g.resume[0])      # it failed to start: verify its checkpoint again
-        latest = self.resume_point()
-        resume_step = latest[1]["step"] if latest else 0
-        mark = (latest[1].get("recovery") or {}) if latest else {}
-        # a survivor wrote it (also when its answer came too late), or gave a checkpoint of its very step
-        # that a periodic save had written already: the same state, nothing lost
-        from_survivor = mark.get("generation") == g.id or bool(
-            latest and recovery and recovery.get("ok") and recovery.get("path") == latest[0])
-        stop_step = max(g.max_step, clean_int((recovery or {}).get("step"), 0))     # last completed step
-        self.pending_resize = {"detected_at": g.failed_at or time.monotonic(), "from": g.membership,
-                               "to": [h for h in g.membership if h not in drop], "from_world": g.world,
-                               "added": [], "removed": drop, "reason": "failure", "from_generation": g.id,
-                               "recovered_from": "survivor" if from_survivor else "checkpoint",
-                               "resume_step": resume_step, "stop_step": stop_step,
-                               "recomputed_steps": max(0, stop_step - resume_step)}
-        if recovery:
-            self.pending_resize["recovery_s"] = recovery.get("seconds_total")
-        if self.inplace is not None and self.inplace.holding(g):
-            self.inplace.annotate(self.pending_resize)
-        elif g.plain:
-            self.pending_resize.update(recovered_from="script", resume_step=None, recomputed_steps=None)
-            self.out(f"generation {g.id}: restarting the script on {self.pending_resize['to']} "
-                     "(it resumes from its own checkpoint)")
-        else:
-            self.out(f"generation {g.id}: resuming from the {self.pending_resize['recovered_from']} at step "
-                     f"{resume_step} ({self.pending_resize['recomputed_steps']} completed step(s) to redo)")
-        self.event("resize_start", **wall_clock_resize(self.pending_resize))
+                     f"for the next {self.config.dead_timeout:.0f} s")
 
     # ------------------------------------------------------------------ main
     def install_signals(self):
@@ -731,14 +426,14 @@ class Launcher:
             self.out(f"removed unfinished checkpoint writes {removed}")
 
     def wait_for_host_worker(self):
-        deadline = time.monotonic() + self.args.wait_host_worker
+        deadline = time.monotonic() + self.config.wait_host_worker
         while not self.shutdown:
             hosts = self.members.read()
             if hosts:
                 return hosts
             if time.monotonic() > deadline:
                 return None
-            time.sleep(self.args.poll_interval)
+            time.sleep(self.config.poll_interval)
         return None
 
     def _finish(self, state, reason, code, message=None, **fields):
@@ -753,13 +448,11 @@ class Launcher:
 
     def _start(self):
         """Load the state, find the membership; an exit code when there is nothing to run."""
-        a = self.args
-        os.makedirs(self.files.control, exist_ok=True)
-        os.makedirs(warm_dir(self.files), exist_ok=True)     # add_workers writes its warm requests there
-        self.gen_counter = saved_generation(self.files.launcher_state)
+        a = self.config
+        self.intake.open()
         self.install_signals()
         self.start_metrics()
-        per_node = f", {self.procs} process(es) per node" if a.engine == "torch" else ""
+        per_node = self.strategy.layout.node_note(self.procs)
         self.out(f"dynatrain launcher starting: engine {a.engine}{per_node}, efs {self.efs}, transport {a.transport}, "
                  f"resize at {a.resize_at}, "
                  f"script {a.script} {' '.join(a.script_args)}")
@@ -823,29 +516,28 @@ class Launcher:
         if code is not None:
             return code
         while not self.shutdown:
-            g = (self.inplace and self.inplace.start(self.membership)) or self.start_generation(self.membership)
+            g = self.strategy.start(self.membership)
             if self.pending_resize is not None:
                 g.resize, self.pending_resize = self.pending_resize, None
-                waited = g.resize.get("warm_wait_s", 0)                # training went on meanwhile
-                g.resize["stop_s"] = round(g.started - g.resize["detected_at"] - waited, 3)
+                waited = g.resize.warm_wait_s or 0                     # training went on meanwhile
+                g.resize.stop_s = round(g.started - g.resize.detected_at - waited, 3)
             outcome, info = self.monitor(g)
             self.step_time = g.step_time or self.step_time
             recovery = None
             if outcome == "failed":
-                self.report_failure(g, info)
-                if self.inplace is None or not self.inplace.can_recover(g, info):
-                    recovery = self.recover(g, info)
-            if self.inplace is None or not self.inplace.hold(g, outcome, info):
-                self.teardown(g, outcome)
+                self.failures.report(g, info)
+                if not self.strategy.recovers_in_place(g, info):
+                    recovery = self.failures.recover(g, info)
+            self.strategy.stop(g, outcome, info)        # its processes end (in place: survivors may stay)
             if self.pending_resize is not None:
-                self.pending_resize["stop_step"] = g.max_step     # how far the old group got
+                self.pending_resize.stop_step = g.max_step     # how far the old group got
             if outcome == "done":
                 self._train_done(g)
                 break
             if outcome == "failed":
-                self.handle_failure(g, info, recovery)
-                if self.failures_without_progress > self.args.max_restarts:
-                    message = (f"{self.failures_without_progress} consecutive failed generations without "
+                self.pending_resize = self.failures.handle(g, info, recovery)
+                if self.failures.gave_up():
+                    message = (f"{self.failures.without_progress} consecutive failed generations without "
                                "progress; giving up")
                     self.out(f"ERROR: {message}")
                     self.kill_everything()
@@ -854,16 +546,16 @@ class Launcher:
                 break
             if self.pending_resize is not None:      # detection -> the old group's last step (a kill: < 0)
                 r = self.pending_resize
-                r.setdefault("boundary_s", round(g.progress_at - r["detected_at"], 3))
+                if r.boundary_s is None:
+                    r.boundary_s = round(g.progress_at - r.detected_at, 3)
             self._next_membership(outcome, g.lost(info) if outcome == "failed" else info)
-        if self.inplace is not None:
-            self.inplace.release(checkpoint=True)     # held survivors: rank 0 checkpoints their boundary
+        self.strategy.release(checkpoint=True)      # held survivors: rank 0 checkpoints their boundary
         return self._stop()
 
     def _train_done(self, g):
         self.state = "finished"
         if g.first_step_at is None:
-            self.confirm(g.membership)
+            self.intake.confirm(g.membership)
         self.out(f"training finished (generation {g.id}" + (")" if g.plain else f", step {g.max_step})"))
         self.event("train_done", generation=g.id, step=g.max_step, membership=g.membership)
         self.write_status(force=True)
@@ -874,8 +566,8 @@ class Launcher:
         if outcome == "failed":
             self.membership = [h for h in self.membership if h not in info or h == self.master]
         if self.pending_resize is not None:
-            self.pending_resize["to"] = self.membership
-            self.pending_resize["to_world"] = len(self.membership) * self.procs
+            self.pending_resize.to = self.membership
+            self.pending_resize.to_world = len(self.membership) * self.procs
 
     def _stop(self):
         self.kill_everything()
@@ -891,9 +583,3 @@ class Launcher:
         self.write_status(force=True)
         return 0
 
-
-def script_argv(script):
-    """How the node Python runs the training script: a file path, or ``-m module`` for a dotted name."""
-    if os.sep in script or script.endswith(".py"):
-        return [script]
-    return ["-m", script]

@@ -3,7 +3,9 @@
 Gauges come from the launcher's status snapshot when a scrape arrives (world size, step, epoch,
 samples/s, generation, state, the age of the last checkpoint, each host's state); counters from
 the events the launcher writes (``Records.event`` calls ``observe``): resizes by reason, worker
-failures, spot drains, recomputed steps, and the last recovery's seconds.  The server listens
+failures, spot drains, recomputed steps, and the last recovery's seconds.  The checkpoint sync is
+another process: its gauges come from its state file (``control/s3sync.json``) read at the scrape,
+as hostile as anything on the volume (a value of the wrong type is left out, never an error).  The server listens
 on the master's private address only; the cluster's security group admits the port from its
 own members (a Prometheus inside it), never from outside.  A port that cannot be bound is said
 in the launcher's log and the job goes on without metrics.
@@ -11,10 +13,13 @@ in the launcher's log and the job goes on without metrics.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..contract.shared_volume import is_number, read_json
 
 PREFIX = "dynatrain_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -54,7 +59,8 @@ class CappedServer(ThreadingHTTPServer):
 class Metrics:
     """Counters fed by the launcher's events; ``render(snapshot)`` is one scrape's text."""
 
-    def __init__(self):
+    def __init__(self, sync_state=None):
+        self.sync_state = sync_state      # control/s3sync.json of the job (None: the sync is not looked at)
         self._lock = threading.Lock()
         self.resizes = {}                 # reason -> count
         self.failures = 0
@@ -144,10 +150,33 @@ class Metrics:
                    [({}, last_change["transfer_s"])])
             metric("resize_transfer_mb_per_second", "gauge", "The last in-place change's transfer rate.",
                    [({}, last_change["transfer_mb_s"])])
+        self._render_sync(metric)
         if hosts:
             metric("host_state", "gauge", "Each host of the job by its state (1).",
                    [({"host": ip, "state": st}, 1) for ip, st in sorted(hosts.items())])
         return "\n".join(out) + "\n"
+
+    def _render_sync(self, metric):
+        """The checkpoint sync's health from its state file; nothing when there is none (no sync configured)."""
+        state = read_json(self.sync_state) if self.sync_state else None
+        if not isinstance(state, dict) or not isinstance(state.get("url"), str):
+            return
+        error = state.get("error")
+        metric("checkpoint_sync_ok", "gauge", "1 when the checkpoint sync's last pass succeeded, 0 when it failed.",
+               [({}, 0 if error is not None else 1)])
+        failed = state.get("failed_passes")
+        if isinstance(failed, int) and not isinstance(failed, bool) and failed >= 0:
+            metric("checkpoint_sync_failed_passes_total", "counter", "Checkpoint sync passes that failed.",
+                   [({}, failed)])
+        last_ok = state.get("last_ok_time")
+        if is_number(last_ok) and math.isfinite(last_ok):       # json takes Infinity: not a Prometheus number
+            metric("checkpoint_sync_last_success_age_seconds", "gauge",
+                   "Seconds since the checkpoint sync's last pass that succeeded.",
+                   [({}, round(max(0.0, time.time() - last_ok), 3))])
+        step = state.get("last_step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            metric("checkpoint_sync_latest_step", "gauge", "The step of the checkpoint S3's LATEST.json names.",
+                   [({}, step)])
 
 
 def _escape(value):

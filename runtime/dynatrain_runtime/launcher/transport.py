@@ -74,3 +74,15 @@ class Transport:
         if not self.secrets or self.is_local(host):
             return b""
         return (json.dumps(self.secrets, sort_keys=True) + "\n").encode()
+
+
+def script_argv(script):
+    """How the node Python runs the training script: a file path, or ``-m module`` for a dotted name."""
+    if os.sep in script or script.endswith(".py"):
+        return [script]
+    return ["-m", script]
+
+
+def worker_argv(config):
+    """A worker's command line: the node Python running the training script with its arguments."""
+    return [config.python] + script_argv(config.script) + list(config.script_args)

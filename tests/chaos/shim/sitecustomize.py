@@ -19,6 +19,11 @@ trigger file in that directory:
                    ``appending.<pid>`` and waits 60 s: the campaign SIGKILLs the launcher there,
                    leaving a torn last line as a crash mid-append does.
 
+``dt_line``        (consumed by the first taker; only with ``DT_CHAOS_DT_LINE_HOSTS`` naming the host)
+                   a training process (a worker of ``train_digits``) of that host writes each line of
+                   the file on its stdout as an ``@@DT`` message: a hostile or broken worker's line,
+                   read by the launcher as any other.
+
 The hooks wrap the product's functions (post-import), never replace their logic: whatever
 ``append_log`` or ``CheckpointStore.write`` do once fixed, they still run.  A hook whose
 target is gone (renamed) is skipped; the campaign then reports the fault as not injected.
@@ -149,6 +154,21 @@ class _TearingFile(object):
         return self._handle.__exit__(*exc)
 
 
+class _TearingOs(object):
+    """``os`` for shared_volume during one append: a file opened for appending (``os.fdopen(fd, "a...")``)
+    tears its first write; everything else is the real ``os``."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def fdopen(self, fd, mode="r", *args, **kwargs):
+        handle = self._real.fdopen(fd, mode, *args, **kwargs)
+        return _TearingFile(handle) if "a" in mode else handle
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
 def _patch_shared_volume(mod):
     orig = getattr(mod, "append_log", None)
     if orig is None:
@@ -166,11 +186,14 @@ def _patch_shared_volume(mod):
                 return _TearingFile(handle)
             return handle
 
+        real_os = mod.os
         mod.open = tearing_open        # module global: shadows the builtin inside shared_volume only
+        mod.os = _TearingOs(real_os)   # the same for os.fdopen of the descriptor open_nofollow gave (issue 40)
         try:
             return orig(log_path, *args, **kwargs)
         finally:
             del mod.open
+            mod.os = real_os
 
     mod.append_log = append_log
 
@@ -210,7 +233,32 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
+# ---------------------------------------------------------------- a worker's own @@DT line
+def _install_dt_line():
+    hosts = set(filter(None, os.environ.get("DT_CHAOS_DT_LINE_HOSTS", "").split(",")))
+    if os.environ.get("DT_WORKER_IP") not in hosts or os.environ.get("DMLC_ROLE", "worker") != "worker":
+        return
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(0.1)
+            first = str((getattr(sys, "argv", None) or [""])[0])
+            if first in ("", "-m", "-c"):            # still starting (runpy sets argv[0] to the module's file)
+                continue
+            if "train_digits" not in os.path.basename(first):      # a wrapper or a server, not the training
+                return
+            text = _read("dt_line")
+            if text and _unlink("dt_line"):
+                for line in text.splitlines():
+                    os.write(1, ("@@DT " + line + "\n").encode())     # as protocol.emit writes it
+
+    threading.Thread(target=watch, name="chaos-dt-line", daemon=True).start()
+
+
 if _CHAOS:
     if os.environ.get("DT_CHAOS_CLOCK") == "1":
         _install_clock()
+    if os.environ.get("DT_CHAOS_DT_LINE_HOSTS"):
+        _install_dt_line()
     sys.meta_path.insert(0, _Finder())

@@ -198,14 +198,15 @@ def test_bootstrap_defers_an_untyped_engine_to_the_cluster(tmp_path, inventory):
     assert "cannot use dt_worker_instance_type" not in out
 
 
-@pytest.mark.parametrize("extra, refused", [
-    ([], True),                                   # a new cluster (no job): dt_engine, default mxnet
-    (["-e", "dt_engine=mxnet"], True),
-    (["-e", "dt_engine=torch"], False),
-], ids=["default", "mxnet", "torch"])
-def test_the_engine_taken_is_checked_before_anything_is_launched(tmp_path, inventory, extra, refused):
+@pytest.mark.parametrize("extra, master, refused", [
+    ([], "p5.48xlarge", "mxnet"),                        # a new cluster (no job): dt_engine, default mxnet
+    (["-e", "dt_engine=mxnet"], "p5.48xlarge", "mxnet"),
+    (["-e", "dt_engine=torch"], "p5.48xlarge", None),
+    (["-e", "dt_engine=torch"], "c5.xlarge", "mixed"),    # a CPU master with GPU workers (issue 40, item 6)
+], ids=["default", "mxnet", "torch", "torch-mixed"])
+def test_the_engine_taken_is_checked_before_anything_is_launched(tmp_path, inventory, extra, master, refused):
     play = [{"name": "Take the cluster's engine", "hosts": "localhost", "gather_facts": False,
-             "vars": {"dt_worker_instance_type": "p5.48xlarge"},
+             "vars": {"dt_worker_instance_type": "p5.48xlarge", "dt_master_instance_type": master},
              "tasks": [{"name": "Keep the cluster's engine", "ansible.builtin.include_tasks":
                         os.path.join(ROOT, "playbooks", "tasks", "cluster_engine.yml"),
                         "vars": {"_dt_engine_sources": []}}]}]
@@ -215,8 +216,10 @@ def test_the_engine_taken_is_checked_before_anything_is_launched(tmp_path, inven
     flat = " ".join(out.split())
     if refused:
         assert rc != 0, out[-3000:]
-        assert ("dt_engine=mxnet cannot use dt_worker_instance_type=p5.48xlarge: its GPUs are H100 (hopper)"
-                in flat and "pass -e dt_engine=torch" in flat and "Nothing was created or changed." in flat), out[-3000:]
+        said = {"mxnet": "dt_engine=mxnet cannot use dt_worker_instance_type=p5.48xlarge: its GPUs are H100 (hopper)",
+                "mixed": "dt_engine=torch cannot train on dt_master_instance_type=c5.xlarge (no GPU) with "
+                         "dt_worker_instance_type=p5.48xlarge (H100 GPUs)"}[refused]
+        assert said in flat and "Nothing was created or changed." in flat, out[-3000:]
         assert re.findall(r"^TASK \[([^\]]*)\]", out, flags=re.M)[-1] == "Check that the engine has kernels for the instance types"
     else:
         assert rc == 0, out[-3000:]

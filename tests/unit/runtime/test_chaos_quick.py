@@ -1,4 +1,7 @@
-"""The quick subset of the fault campaign (``tests/chaos/campaign.py``, issue 24), in ``make test``'s unit stage.
+"""The quick subset of the fault campaign (``tests/chaos/campaign.py``, issues 24 and 40), in ``make test``'s unit stage:
+crash leftovers (a torn log line, the launcher killed mid-checkpoint, a damaged newest checkpoint), a hostile
+worker's ``@@DT`` lines (``"step": "x"``, a checkpoint path outside the volume) and a crash of the background
+checkpoint writer mid-write.
 
 Each fault runs a real three-host job (``--transport local``, the node venv's MXNet), injects the
 fault at a moment drawn from the seed, lets the launcher recover under the harness's model of its

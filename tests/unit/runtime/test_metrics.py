@@ -73,3 +73,43 @@ def test_the_endpoint_serves_metrics_only_and_a_taken_port_is_not_fatal():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_sync_gauges_come_from_its_state_file_and_any_shape_there_is_no_error(tmp_path):
+    path = tmp_path / "s3sync.json"
+    assert "checkpoint_sync" not in Metrics(sync_state=str(path)).render({})          # no sync configured
+    path.write_text('{"url": "s3://b/c/", "error": "NoSuchBucket", "failed_passes": 3, "last_step": 40}')
+    got = parse(Metrics(sync_state=str(path)).render({}))
+    assert got["dynatrain_checkpoint_sync_ok"] == 0 and got["dynatrain_checkpoint_sync_failed_passes_total"] == 3
+    assert got["dynatrain_checkpoint_sync_latest_step"] == 40
+    for hostile in ('[]', '"x"', '{"url": 7}', '{"url": "s3://b/c/", "failed_passes": "x", "last_ok_time": [],'
+                    ' "last_step": true}', '\x00\xff', '[' * 100000,
+                    '{"url": "s3://b/c/", "last_ok_time": -Infinity, "last_step": 1.5}'):
+        path.write_text(hostile)
+        got = parse(Metrics(sync_state=str(path)).render({}))
+        assert got["dynatrain_up"] == 1
+        assert "dynatrain_checkpoint_sync_failed_passes_total" not in got
+        assert "dynatrain_checkpoint_sync_latest_step" not in got
+
+
+def test_any_sync_state_file_renders(tmp_path):
+    """Property: whatever a node writes at control/s3sync.json, a scrape answers well-formed text."""
+    import json                                                      # pylint: disable=import-outside-toplevel
+    from hypothesis import HealthCheck, given, settings              # pylint: disable=import-outside-toplevel
+    from hypothesis import strategies as st                          # pylint: disable=import-outside-toplevel
+    path = tmp_path / "s3sync.json"
+    values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                      max_size=3), max_leaves=8)
+    fields = st.fixed_dictionaries({}, optional={k: values for k in ("url", "error", "failed_passes", "last_ok_time",
+                                                                     "last_step")})
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.one_of(fields.map(lambda d: json.dumps(d, allow_nan=True)), st.binary(max_size=64).map(
+        lambda b: b.decode("latin-1"))))
+    def check(text):
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        got = parse(Metrics(sync_state=str(path)).render({}))
+        assert got["dynatrain_up"] == 1
+
+    check()

@@ -146,21 +146,21 @@ def test_recover_asks_survivors_in_rank_order_and_reports(tmp_path):
     silent = FakeWorker(M, 0, la.msgq)                                   # rank 0, never answers
     good = FakeWorker(A, 2, la.msgq, {"ok": True, "step": 7, "path": "/x/ckpt-7", "rank": 2})
     g.workers = {A: good, B: FakeWorker(B, 1, la.msgq, alive=False), M: silent}
-    assert la.recover(g, {B: "lost"}) is None and silent.sent == []   # no step yet: at the resume point
+    assert la.failures.recover(g, {B: "lost"}) is None and silent.sent == []   # no step yet: at the resume point
     g.first_step_at = time.time()
     t0 = time.time()
-    answer = la.recover(g, {B: "worker process exited with status 137"})
+    answer = la.failures.recover(g, {B: "worker process exited with status 137"})
     assert answer is None and time.time() - t0 < 2          # rank 0 took the whole timeout: fall back
     assert silent.sent and silent.sent[0]["kind"] == "recover" and silent.sent[0]["failed"] == [B]
     assert good.sent == []
     silent.answer = {"ok": False, "reason": "no completed step to give"}
-    answer = la.recover(g, {B: "lost"})
+    answer = la.failures.recover(g, {B: "lost"})
     assert answer["ok"] and answer["step"] == 7 and good.sent
     evs = [json.loads(l) for l in open(os.path.join(str(tmp_path), "events.jsonl"))]
     recovery = [e["event"] for e in evs if e["event"].startswith("recovery")]
     assert recovery == ["recovery_unavailable", "recovery_checkpoint"]
     assert loop.Launcher(parse_args(["--efs-mount", str(tmp_path), "--script", "x", "--recovery",
-                                     "checkpoint"])).recover(g, {B: "lost"}) is None
+                                     "checkpoint"])).failures.recover(g, {B: "lost"}) is None
 
 
 # ---------------------------------------------------------------------- the snapshot format, real MXNet

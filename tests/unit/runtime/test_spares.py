@@ -76,8 +76,8 @@ def test_added_host_joins_once_its_process_is_warm(tmp_path):
     assert g.stop_at is None and len(started) == 1             # not started twice, still training
     started[0].ready = True
     la._check_host_worker(g, now + 2)
-    assert g.stop_at is not None and la.pending_resize["added"] == [B]
-    assert la.pending_resize["detected_at"] == now and la.pending_resize["warm_wait_s"] == 2
+    assert g.stop_at is not None and la.pending_resize.added == [B]
+    assert la.pending_resize.detected_at == now and la.pending_resize.warm_wait_s == 2
     assert la.spares.take(B, "worker") is started[0]
 
 
@@ -104,7 +104,7 @@ def test_a_host_that_cannot_start_joins_at_once_and_timeout_bounds_the_wait(tmp_
     la._check_host_worker(g2, now + 2)
     assert g2.stop_at is None and len(started) == 2            # one more try
     la._check_host_worker(g2, now + 8)                         # still importing after the timeout
-    assert g2.stop_at is not None and la.pending_resize["warm_wait_s"] == 6
+    assert g2.stop_at is not None and la.pending_resize.warm_wait_s == 6
 
 
 def _launcher_with_fakes(tmp_path, *extra):
@@ -138,10 +138,10 @@ def test_warm_request_starts_the_joiner_before_the_host_worker_edit(tmp_path):
     with open(os.path.join(str(tmp_path), "host_worker"), "w") as handle:
         handle.write(f"{A}\n{B}\n{M}\n")
     la._check_host_worker(g, now + 2)                          # warm already: the resize starts at once
-    assert g.stop_at is not None and la.pending_resize["warm_wait_s"] == 0
+    assert g.stop_at is not None and la.pending_resize.warm_wait_s == 0
     assert la.spares.take(B, "worker") is started[0] and len(started) == 1
     g2 = Generation(2, [A, B, M], 9001, None)
-    la._take_warm_requests(g2, now + 3)                        # a member now: the request is done
+    la.intake.take_warm_requests(g2, now + 3)                        # a member now: the request is done
     assert read_warm_requests(la.files) == {}
 
 
@@ -151,14 +151,14 @@ def test_warm_request_of_a_host_that_never_joins_expires(tmp_path):
     g = Generation(1, [A, M], 9000, None)
     write_warm_request(la.files, B, ttl=5)
     now = time.time()
-    la._take_warm_requests(g, now)
+    la.intake.take_warm_requests(g, now)
     assert len(started) == 1 and started[0].alive()
     started[0].rc = 255                                        # its process died: not restarted for the request
-    la._take_warm_requests(g, now + 1)
+    la.intake.take_warm_requests(g, now + 1)
     assert len(started) == 1
     started.append(FakeProc(B, "worker"))
     la.spares.pools[(B, "worker")] = [started[-1]]
-    la._take_warm_requests(g, now + 10)                        # expired: request deleted, process ended
+    la.intake.take_warm_requests(g, now + 10)                        # expired: request deleted, process ended
     assert read_warm_requests(la.files) == {} and not started[-1].alive()
     assert any(e == "warm_request_expired" for e in _events(tmp_path))
 
@@ -176,7 +176,7 @@ def test_per_node_servers_one_next_to_each_worker(tmp_path):
     sent = []
     FakeProc.assign = lambda self, role, gen, env: sent.append((self.host, role, env))
     try:
-        g = la.start_generation([A, B, M])
+        g = la.strategy.start([A, B, M])
     finally:
         del FakeProc.assign
     assert [(h, r) for h, r, _env in sent][:4] == [(M, "scheduler"), (A, "server"), (B, "server"), (M, "server")]

@@ -105,13 +105,13 @@ def test_launcher_drains_at_the_next_step_even_with_epoch_boundaries(tmp_path):
     assert open(os.path.join(str(tmp_path), "host_worker")).read() == f"{A}\n{M}\n"
     assert g.stop_at is not None and g.stop_reason == "drain"
     assert shared_volume.read_stop_request(la.files)["at"] == "step"
-    assert la.pending_resize["reason"] == "drain" and la.pending_resize["drained"] == {B: "spot"}
-    la.confirm([A, M])                                           # the smaller group has taken its first step
+    assert la.pending_resize.reason == "drain" and la.pending_resize.drained == {B: "spot"}
+    la.intake.confirm([A, M])                                           # the smaller group has taken its first step
     with open(os.path.join(str(tmp_path), "host_worker_log")) as handle:
         assert [line.split()[1:3] for line in handle][-1] == ["REMOVED", B]
     evs = [json.loads(line) for line in open(os.path.join(str(tmp_path), "events.jsonl"))]
     assert [e for e in evs if e.get("log_event") == "REMOVED"][0]["reason"] == "spot"
-    assert shared_volume.read_drain_requests(la.files) == {} and la.draining == {}
+    assert shared_volume.read_drain_requests(la.files) == {} and la.intake.draining == {}
 
 
 def test_launcher_refuses_to_drain_the_master(tmp_path):
@@ -138,6 +138,6 @@ def test_a_survivor_that_gives_an_existing_checkpoint_of_its_step_is_a_survivor_
     path = store.write(40, {"step": 40, "epoch": 1, "pos": 0, "generation": 2})
     g.max_step = 40
     answer = {"ok": True, "path": path, "step": 40, "seconds_total": 0.05}
-    la.handle_failure(g, {B: "no sign of life"}, recovery=answer)
-    assert la.pending_resize["recovered_from"] == "survivor", la.pending_resize
-    assert la.pending_resize["recomputed_steps"] == 0
+    la.pending_resize = la.failures.handle(g, {B: "no sign of life"}, recovery=answer)
+    assert la.pending_resize.recovered_from == "survivor", la.pending_resize
+    assert la.pending_resize.recomputed_steps == 0

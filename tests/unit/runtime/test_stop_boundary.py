@@ -151,7 +151,7 @@ def test_resize_events_say_when_in_wall_clock_time():
     """detected_at in events.jsonl is wall-clock time, like every event's time (the launcher measures
     its intervals on the monotonic clock, which means nothing outside the process)."""
     import time as _time
-    from dynatrain_runtime.launcher.loop import wall_clock_resize
+    from dynatrain_runtime.launcher.resize import wall_clock_resize
     mono = _time.monotonic() - 2.0
     out = wall_clock_resize({"detected_at": mono, "reason": "add"})
     assert abs(out["detected_at"] - (_time.time() - 2.0)) < 0.5 and out["reason"] == "add"

@@ -380,8 +380,8 @@ def test_a_torch_generation_gets_torchruns_environment_and_no_servers(tmp_path):
                                    "--master", M, "--engine", "torch", "--port-base", "9000"]))
     taken = []
     la.spares.take = lambda host, kind: taken.append(FakeProc(host, kind)) or taken[-1]
-    la.gen_counter = 6
-    g = la.start_generation([A, B, M])
+    la.intake.gen_counter = 6
+    g = la.strategy.start([A, B, M])
     assert [p.kind for p in taken] == ["worker"] * 3 and g.servers == []       # no scheduler, no servers
     env = {p.host: p.assigned[2] for p in taken}
     assert [env[h]["RANK"] for h in (M, A, B)] == ["0", "1", "2"]               # the master hosts the store
@@ -390,7 +390,7 @@ def test_a_torch_generation_gets_torchruns_environment_and_no_servers(tmp_path):
         assert e["MASTER_ADDR"] == M and e["MASTER_PORT"] == str(9000 + 7) and e["DT_GENERATION"] == "7"
         assert e["GROUP_RANK"] == e["RANK"] and e["DT_RESUME"] == "none" and "DMLC_ROLE" not in e
     assert la.static_env(A)["DT_ENGINE"] == "torch"
-    g2 = la.start_generation([A, M])
+    g2 = la.strategy.start([A, M])
     assert g2.port == 9008 and torch_ranks([A, M], M) == {M: 0, A: 1}
     assert la.spares.wanted_count() == 0 or all(k[1] == "worker" for k in la.spares.want)
     start = [json.loads(l) for l in open(os.path.join(str(tmp_path), "events.jsonl"))]

@@ -81,7 +81,7 @@ def test_the_option_and_the_launchers_generation(tmp_path):
     assert la.procs == 2
     taken = []
     la.spares.take = lambda host, kind: taken.append(FakeProc(host, kind)) or taken[-1]
-    g = la.start_generation([A, B, M])
+    g = la.strategy.start([A, B, M])
     assert g.world == 6 and la._snapshot()["world_size"] == 6 and la._snapshot()["procs_per_node"] == 2
     env = {p.host: p.assigned[2] for p in taken}
     assert [env[h]["RANK"] for h in (M, A, B)] == ["0", "2", "4"] and env[A]["WORLD_SIZE"] == "6"

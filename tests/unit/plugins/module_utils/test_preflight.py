@@ -334,8 +334,9 @@ def test_mxnet_refused_where_it_has_no_kernels(setting, instance_type, gpu):
     assert "kernels for sm_50/60/70/80/86 only" in problem and "pass -e dt_engine=torch" in problem
     # the default engine is MXNet: the same without dt_engine
     assert pf.settings_problems({setting: instance_type}) == [problem]
-    # PyTorch runs there
-    assert pf.settings_problems(dict(DEFAULTS, dt_engine="torch", **{setting: instance_type})) == []
+    # PyTorch runs there (on a cluster all of GPU nodes: a mixed one is refused, see below)
+    alike = {"dt_master_instance_type": instance_type, "dt_worker_instance_type": instance_type, setting: instance_type}
+    assert pf.settings_problems(dict(DEFAULTS, dt_engine="torch", **alike)) == []
 
 
 @pytest.mark.parametrize("instance_type", ["p3.2xlarge", "p4d.24xlarge", "g5.xlarge", "g6.xlarge", "g6e.xlarge"])
@@ -434,3 +435,39 @@ def test_a_metrics_port_that_is_no_port_is_refused(port, needle):
 def test_metrics_port_zero_and_a_port_pass():
     assert pf.settings_problems(dict(DEFAULTS, dt_metrics_port=0)) == []
     assert pf.settings_problems(dict(DEFAULTS, dt_metrics_port="9110")) == []
+
+
+@pytest.mark.parametrize("master,worker", [("c5.xlarge", "g5.xlarge"), ("g5.xlarge", "c5.xlarge"),
+                                           ("t3.large", "p6e-gb200.36xlarge")])
+def test_a_mixed_cpu_gpu_torch_cluster_is_refused(master, worker):
+    # torch: one process group of gloo (CPU nodes) and NCCL (GPU nodes) processes cannot form (issue 40, item 6)
+    problem = only_problem(dt_engine="torch", dt_master_instance_type=master, dt_worker_instance_type=worker)
+    gpu_type, cpu_type = (worker, master) if pf.nvidia_gpus(worker) else (master, worker)
+    gpu_setting = "dt_worker_instance_type" if gpu_type == worker else "dt_master_instance_type"
+    cpu_setting = "dt_master_instance_type" if gpu_setting == "dt_worker_instance_type" else "dt_worker_instance_type"
+    assert problem.startswith(f"dt_engine=torch cannot train on dt_master_instance_type={master} ("), problem
+    assert f"{cpu_setting}={cpu_type} (no GPU)" in problem and "gloo" in problem and "NCCL" in problem
+    # what to do: the same kind for both, never an explicit count as the way out
+    assert f"-e {cpu_setting}={gpu_type}" in problem and f"-e {gpu_setting}={cpu_type}" in problem
+    assert "does not make a mixed cluster work" in problem
+
+
+@pytest.mark.parametrize("engine,master,worker", [("torch", "c5.xlarge", "m5.large"), ("torch", "g5.xlarge", "p4d.24xlarge"),
+                                                  ("mxnet", "c5.xlarge", "g5.xlarge")])
+def test_torch_clusters_of_one_kind_and_mxnet_pass(engine, master, worker):
+    # MXNet's worker uses every GPU of its node and talks through its parameter servers: a mixed cluster works
+    assert pf.settings_problems(dict(DEFAULTS, dt_engine=engine, dt_master_instance_type=master,
+                                     dt_worker_instance_type=worker)) == []
+
+
+def test_a_mixed_cluster_with_the_engine_from_the_cluster_is_checked_later():
+    settings = dict(DEFAULTS, dt_engine="torch", dt_worker_instance_type="g5.xlarge")
+    del settings["dt_resize_at"]
+    assert pf.settings_problems(settings, engine_from_cluster=True) == []
+    assert len(pf.settings_problems(settings, typed_names=("dt_engine",), engine_from_cluster=True)) == 1
+
+
+@pytest.mark.parametrize("instance_type,gpus", [("g5.xlarge", True), ("p5.48xlarge", True), ("p6-b300.48xlarge", True),
+                                                ("c5.xlarge", False), ("t3.micro", False), ("", False), (None, False)])
+def test_nvidia_gpus_from_the_type_name(instance_type, gpus):
+    assert pf.nvidia_gpus(instance_type) is gpus

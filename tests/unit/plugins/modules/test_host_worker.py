@@ -141,6 +141,15 @@ def test_edit_false_writes_the_warm_requests_alone_once_the_required_markers_are
     assert res["added"] == ["10.0.0.8"] and "10.0.0.8" in text(efs)
 
 
+def test_require_data_checks_the_contract_s_marker(efs):
+    """The playbooks ask for the data marker by require_data: its name is the shared volume contract's."""
+    with pytest.raises(host_worker.HostWorkerFailure, match=hwf.prepare_data_marker("10.0.0.8") + " missing"):
+        run(params(efs, hosts=["10.0.0.8"], require_data=True))
+    assert "10.0.0.8" not in text(efs)
+    (efs / hwf.prepare_data_marker("10.0.0.8")).write_text("")
+    assert run(params(efs, hosts=["10.0.0.8"], require_data=True))["added"] == ["10.0.0.8"]
+
+
 @pytest.mark.parametrize("pattern", ["prepare_data_success", "../x_{ip}"])
 def test_require_must_name_a_file_per_host_beside_host_worker(efs, pattern):
     with pytest.raises(host_worker.HostWorkerFailure, match="is not a file name with"):
