@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Molecule stand-in for the training script: records its arguments, sleeps."""
+"""Molecule stand-in for the training script: records its arguments and its user in a drop box, sleeps."""
 import json
 import os
+import pwd
 import sys
 import time
 
-with open(os.path.join(os.environ["EFS_MOUNT"], "train_started"), "w") as f:
-    json.dump(sys.argv[1:], f)
+# results/ is a drop box: the training user may write there, not at the volume's root (issue 40).
+with open(os.path.join(os.environ["EFS_MOUNT"], "results", "train_started"), "w") as f:
+    json.dump({"argv": sys.argv[1:], "user": pwd.getpwuid(os.getuid()).pw_name, "home": os.environ.get("HOME")}, f)
 time.sleep(3600)

@@ -55,7 +55,11 @@ def plans(tmp_path, controller, fact_node=None, fact_baked=None, **settings):
     """Each role's plan for a baked worker (with the node's local facts and the settings changed as given)."""
     facts = tmp_path / "facts.d"
     facts.mkdir()
-    node = {"users": {ME.pw_name: {"uid": ME.pw_uid, "gid": ME.pw_gid, "home": ME.pw_dir}}, "nvidia_pci": [],
+    # the node user, and the job's two users with node_base's fixed uids (issue 40; a baked image holds them)
+    node = {"users": {ME.pw_name: {"uid": ME.pw_uid, "gid": ME.pw_gid, "home": ME.pw_dir},
+                      "dynatrain-train": {"uid": 2901, "gid": 2901, "home": "/home/dynatrain-train"},
+                      "dynatrain-launcher": {"uid": 2902, "gid": 2902, "home": "/home/dynatrain-launcher"}},
+            "nvidia_pci": [],
             "python": {"/usr/bin/python3": "3.11.2"},
             "paths": ["/opt/dynatrain/venv", "/opt/dynatrain/venv/bin/python", "/opt/dynatrain/venv/bin/dt-spot-watch"],
             "locks": {"/opt/dynatrain/mxnet-requirements.lock": controller["lock"]}}
@@ -118,9 +122,16 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
     result = plans(tmp_path, controller)
     assert not_ready(result) == []
     files = {f["path"]: f for plan in result.values() for f in plan.get("files", [])}
-    key = files[ME.pw_dir + "/.ssh/authorized_keys"]
+    # issue 40: the cluster key is authorised for the training user (no sudo), never for the login user
+    key = files["/home/dynatrain-train/.ssh/authorized_keys"]
     assert key["state"] == "line" and key["line"].startswith('from="10.0.0.0/24" ssh-ed25519 AAAAC3')
+    assert (key["owner"], key["group"], key["mode"]) == ("dynatrain-train", "2901", "0600")
+    assert ME.pw_dir + "/.ssh/authorized_keys" not in files
     assert files[ME.pw_dir + "/.ssh/dynatrain_cluster"]["state"] == "absent"     # a worker holds no private key
+    assert files["/home/dynatrain-launcher/.ssh/dynatrain_cluster"]["state"] == "absent"
+    # the training processes' interpreter: the venv's python as the training user, root-owned
+    wrapper = files["/opt/dynatrain/bin/dt-train-python"]
+    assert (wrapper["owner"], wrapper["mode"]) == ("root", "0755") and "exec sudo -n -E -u " in wrapper["content"]
     assert SECRET in files["/etc/dynatrain/train.env"]["content"] and files["/etc/dynatrain/train.env"]["mode"] == "0600"
     assert "/etc/systemd/system/dynatrain-spot-watch.service" in files
     assert result["efs"]["mounts"] == [{"path": "/myEFSvolume", "src": "/localcloud/efs/fs-1", "fstype": "none",
@@ -129,6 +140,14 @@ def test_a_baked_worker_is_planned_whole(tmp_path, controller):
     assert service["name"] == "dynatrain-spot-watch" and "/etc/default/dynatrain-spot-watch" in service["restart_when_changed"]
     data = result["prepare_data"]["prepare_data"]
     assert data["marker"] == "/myEFSvolume/prepare_data_success_10.0.0.5" and "ip=10.0.0.5" in data["marker_content"]
+
+
+def test_a_node_without_the_job_users_is_configured_the_roles_way(tmp_path, controller):
+    # an image baked before issue 40 (no training or launcher user), or one with another uid: node_base's tasks
+    other = {"users": {ME.pw_name: {"uid": ME.pw_uid, "gid": ME.pw_gid, "home": ME.pw_dir},
+                       "dynatrain-train": {"uid": 3000, "gid": 3000, "home": "/home/dynatrain-train"},
+                       "dynatrain-launcher": {"uid": 2902, "gid": 2902, "home": "/home/dynatrain-launcher"}}}
+    assert "node_base" in not_ready(plans(tmp_path, controller, fact_node=other))
 
 
 @pytest.mark.parametrize("change, refused", [
@@ -162,8 +181,19 @@ def test_the_master_is_planned_with_its_ssh_client_side_and_the_volumes_owner(tm
                    node_base_ssh_config_hosts=["10.0.0.*"])
     assert not_ready(result) == []
     files = {f["path"]: f for plan in result.values() for f in plan.get("files", [])}
-    ssh = ME.pw_dir + "/.ssh/"
+    # issue 40: the private key and known_hosts in the launcher user's home (0700), none left in the login
+    # user's; the cluster key authorised for the training user alone, from the subnet only; ssh logs in as it
+    ssh = "/home/dynatrain-launcher/.ssh/"
+    assert (files[ssh[:-1]]["owner"], files[ssh[:-1]]["mode"]) == ("dynatrain-launcher", "0700")
+    assert files[ME.pw_dir + "/.ssh/dynatrain_cluster"]["state"] == "absent"
+    auth = files["/home/dynatrain-train/.ssh/authorized_keys"]
+    assert (auth["owner"], auth["mode"], auth["state"]) == ("dynatrain-train", "0600", "line")
+    assert auth["line"].startswith('from="') and "ssh-ed25519 AAAAC3" in auth["line"]
+    assert not any(p.startswith(ME.pw_dir + "/.ssh/authorized_keys") for p in files)
+    assert files[ssh + "known_hosts_dynatrain"]["owner"] == "dynatrain-launcher"
+    assert files[ssh + "known_hosts_dynatrain"]["mode"] == "0600"
     key = files[ssh + "dynatrain_cluster"]
+    assert key["owner"] == "dynatrain-launcher"
     assert key["content"] == (controller["dir"] / "key").read_text() and key["mode"] == "0600"
     assert key.get("state", "file") == "file"                                     # installed, not removed
     assert files[ssh + "dynatrain_cluster.pub"]["content"].startswith("ssh-ed25519 AAAAC3")
@@ -173,6 +203,7 @@ def test_the_master_is_planned_with_its_ssh_client_side_and_the_volumes_owner(tm
     config = files[ssh + "config"]
     assert config["state"] == "block" and "{mark}" in config["marker"] and config["mode"] == "0600"
     assert "Host 10.0.0.*" in config["content"] and "StrictHostKeyChecking yes" in config["content"]
+    assert "User dynatrain-train" in config["content"]
     (mount,) = result["efs"]["mounts"]
     assert (mount["owner"], mount["group"], mount["mode"]) == (ME.pw_name, ME.pw_name, "0775")
 
