@@ -1253,7 +1253,7 @@ FAULTS = [
 FAULT_NAMES = [f[0] for f in FAULTS]
 # the rows that run dt-checkpoint-sync beside the job (a moto S3 server of the controller venv)
 SYNC_FAULTS = {"hostile-link-job-files", "hostile-forged-meta", "hostile-start-over"}
-# `make test` (tests/unit/runtime/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2,
+# `make test` (tests/unit/runtime/launcher/test_chaos_quick.py): the crash leftovers of issue 24's defects 1 and 2,
 # and (issue 40) a hostile worker's @@DT lines and a crash of the background checkpoint writer
 QUICK = ["torn-log-line", "launcher-kill-mid-checkpoint", "ckpt-damaged-meta", "hostile-heartbeat-step-x",
          "ckpt-writer-crash-mid-write"]

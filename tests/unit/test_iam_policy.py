@@ -232,10 +232,7 @@ SCOPED_BY_RESOURCE = {
 
 
 def _import_request_log():
-    import sys
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from localcloud import request_log
+    from localcloud import request_log  # the repo root is on sys.path (tests/unit/conftest.py)
     return request_log
 
 

@@ -1,15 +1,8 @@
-"""Make the repo-root `localcloud` package importable however pytest is started."""
-
-import os
-import sys
+"""Fixtures for the local cloud's tests (the repo root is on sys.path through tests/unit/conftest.py)."""
 
 import boto3
 import pytest
 from botocore.config import Config
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,6 @@ import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 from localcloud import quotas  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)

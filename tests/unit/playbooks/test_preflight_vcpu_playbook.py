@@ -4,17 +4,12 @@ vCPUs x count) plus those running in the class must fit the quota; the failure s
 change, nothing is created."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import test_preflight_playbook
-from test_preflight_playbook import ROOT, run_preflight, settings, vpc_count
+from test_preflight_playbook import run_preflight, settings, vpc_count
 
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from localcloud import quotas  # noqa: E402
+from localcloud import quotas
 
 cloud = test_preflight_playbook.cloud  # the same fixture: a moto server and an AMI for this module
 

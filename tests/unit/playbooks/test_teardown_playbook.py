@@ -13,9 +13,6 @@ import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 from localcloud import moto_compat  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)

@@ -29,9 +29,6 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 from localcloud import daemon, moto_compat, request_log  # noqa: E402
 
 ACCOUNT = "123456789012"  # moto's

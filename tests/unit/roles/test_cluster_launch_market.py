@@ -16,9 +16,6 @@ from botocore.config import Config
 from ansible_collections.dynatrain.elastic.plugins.filter.launch_error import launch_error
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 from localcloud import moto_compat  # noqa: E402
 
 

@@ -12,9 +12,6 @@ import yaml
 from botocore.config import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
 from localcloud import moto_compat  # noqa: E402
 
 

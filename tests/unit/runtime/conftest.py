@@ -6,6 +6,7 @@ wheel there); the real MXNet runs use the node venv ``make node-venv`` builds
 """
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,8 +14,6 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if ROOT not in sys.path:       # the local cloud's IMDS emulator (spot notices) is a repo-root package
-    sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
@@ -119,3 +118,19 @@ def pids_of_host(ip, efs=None):
     """The training processes (workers and spares, not wrappers or servers) started for ``ip``; with
     ``efs``, only those of the job on that shared directory (other jobs may use the same address)."""
     return host_pids(efs, ip, command_has=b"train_digits")
+
+
+# The Prometheus text format the launcher serves; the metrics and the sync-health tests read it (one home).
+SAMPLE = re.compile(r'^dynatrain_[a-z_]+(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? -?[0-9.e+-]+$')
+
+
+def parse(text):
+    """{name{labels}: value} of the samples; every line is a HELP, a TYPE or a well-formed sample."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            continue
+        assert SAMPLE.match(line), line
+        key, value = line.rsplit(" ", 1)
+        out[key] = float(value)
+    return out

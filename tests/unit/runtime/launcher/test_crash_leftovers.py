@@ -27,7 +27,7 @@ from dynatrain_runtime.launcher.generation import Generation
 from dynatrain_runtime.contract.protocol import EXIT_CRASHED, EXIT_GAVE_UP, EXIT_NO_HOST_WORKER
 
 M, A, B = "127.0.0.1", "127.0.0.2", "127.0.0.3"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from conftest import ROOT  # the repository root (the runtime tests' conftest.py, one home for its depth)
 
 
 def launcher(efs, *extra):

@@ -1,25 +1,12 @@
 """The launcher's Prometheus metrics (issue 28): the text format, counters from its events, gauges from its
 status, each host's state, and the HTTP endpoint (only /metrics; a port in use is said, never fatal)."""
-import re
 import socket
 import urllib.error
 import urllib.request
 
 from dynatrain_runtime.launcher.metrics import Metrics, serve
 
-SAMPLE = re.compile(r'^dynatrain_[a-z_]+(\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\})? -?[0-9.e+-]+$')
-
-
-def parse(text):
-    """{name{labels}: value} of the samples; every line is a HELP, a TYPE or a well-formed sample."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("# HELP ") or line.startswith("# TYPE "):
-            continue
-        assert SAMPLE.match(line), line
-        key, value = line.rsplit(" ", 1)
-        out[key] = float(value)
-    return out
+from conftest import parse
 
 
 def test_counters_come_from_events_and_gauges_from_the_status(tmp_path):

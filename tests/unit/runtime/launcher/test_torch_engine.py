@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts
+from conftest import ROOT, LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts
 
 from dynatrain_runtime.contract.checkpoint import audit_check
 from dynatrain_runtime.contract.shared_volume import JobFiles, write_warm_request
@@ -400,8 +400,7 @@ def test_a_torch_generation_gets_torchruns_environment_and_no_servers(tmp_path):
 def test_the_runtime_wheel_ships_the_engines_and_a_pinned_torch_extra(tmp_path):
     import sys
     import zipfile
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    wheel = subprocess.run([sys.executable, os.path.join(root, "runtime", "build.py"), "--out", str(tmp_path)],
+    wheel = subprocess.run([sys.executable, os.path.join(ROOT, "runtime", "build.py"), "--out", str(tmp_path)],
                            check=True, text=True, stdout=subprocess.PIPE).stdout.strip().splitlines()[-1]
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()

@@ -10,7 +10,7 @@ import pytest
 
 from dynatrain_runtime.engines import devices
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from conftest import ROOT  # the repository root (the runtime tests' conftest.py, one home for its depth)
 
 
 @pytest.mark.parametrize("available, limit, visible, want", [

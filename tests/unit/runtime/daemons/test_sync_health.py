@@ -10,14 +10,12 @@ import pytest
 
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
-from conftest import mock_bucket  # noqa: E402  pylint: disable=wrong-import-position
+from conftest import mock_bucket, parse  # noqa: E402  pylint: disable=wrong-import-position
 
 from dynatrain_runtime.contract.checkpoint import CheckpointStore  # noqa: E402
 from dynatrain_runtime.contract.shared_volume import JobFiles, read_events  # noqa: E402
 from dynatrain_runtime.daemons import s3sync  # noqa: E402
 from dynatrain_runtime.launcher.metrics import Metrics  # noqa: E402
-
-from test_metrics import parse  # noqa: E402  pylint: disable=wrong-import-position
 
 BUCKET = "dt-health-test"
 

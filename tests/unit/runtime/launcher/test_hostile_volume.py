@@ -23,7 +23,7 @@ from dynatrain_runtime.launcher.generation import Generation
 from dynatrain_runtime.launcher.proc import Proc
 from dynatrain_runtime.launcher.records import Records
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from conftest import ROOT  # the repository root (the runtime tests' conftest.py, one home for its depth)
 M, A = "10.0.0.1", "10.0.0.2"
 
 
