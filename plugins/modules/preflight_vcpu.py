@@ -135,7 +135,6 @@ from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import
 )
 
 
-
 def read_running(ec2, cluster):
     """(the region's pending/running instances as {'instance_type', 'market'}, how many live
     instances the cluster's warm pool has). The cluster's master, base workers and pool workers

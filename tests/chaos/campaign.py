@@ -1441,8 +1441,8 @@ def _check_sync(job, inj, since):
         v.append("a forged checkpoint is in S3: %s" % forged[:3])
     latest = final.get("latest") or {}
     if latest.get("step") != final.get("want"):
-        v.append("S3's LATEST.json at step %s, the run's final checkpoint is step %s" % (latest.get("step"),
-                                                                                          final.get("want")))
+        v.append("S3's LATEST.json at step %s, the run's final checkpoint is step %s"
+                 % (latest.get("step"), final.get("want")))
     state = job.sync_state()
     if state.get("error") is not None:
         v.append("the sync's last pass failed: %s" % state.get("error"))

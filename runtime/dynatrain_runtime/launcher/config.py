@@ -15,7 +15,7 @@ from .torchenv import procs_per_node
 
 
 @dataclass(frozen=True)
-class LauncherConfig:       # pylint: disable=too-many-instance-attributes  (one field per option)
+class LauncherConfig:       # pylint: disable=too-many-instance-attributes  # one field per option
     script: str
     efs_mount: str = "/myEFSvolume"
     python: str = "python3"

@@ -582,4 +582,3 @@ class Launcher:
         clear_stop_request(self.files)
         self.write_status(force=True)
         return 0
-

@@ -19,7 +19,7 @@ EVENT_NAMES = {"from_hosts": "from"}       # field -> key in events.jsonl ("from
 
 
 @dataclass(eq=False)
-class ResizeRecord:         # pylint: disable=too-many-instance-attributes  (one field per event key)
+class ResizeRecord:         # pylint: disable=too-many-instance-attributes  # one field per event key
     detected_at: float                      # monotonic (``wall_clock_resize`` for the events)
     from_hosts: List[str]
     to: List[str]

@@ -44,7 +44,7 @@ class MXNetLayout:
         return port_base + (gid % 500)
 
     @staticmethod
-    def node_note(procs):                   # pylint: disable=unused-argument  (its worker uses every GPU)
+    def node_note(procs):                   # pylint: disable=unused-argument  # its worker uses every GPU
         return ""
 
     @staticmethod
@@ -201,7 +201,7 @@ class ScriptRestart(Restart):
         proc.assigned_at = proc.started
         return proc
 
-    def change(self, g, reason, at):        # pylint: disable=unused-argument  (no boundary: ended)
+    def change(self, g, reason, at):        # pylint: disable=unused-argument  # no boundary: ended
         for w in g.workers.values():
             w.end()     # ended (its wrapper says "exited"), started again (torchrun's way)
 

@@ -132,7 +132,8 @@ def test_refused_with_the_builder_command_when_building_fails(tmp_path, wheelhou
 def test_gpu_wheels_are_not_built_on_demand(tmp_path, wheelhouse, checkout):
     """auto builds the CPU wheels only: the CUDA builds are several GB, the user asks for them."""
     rc, out = run_preflight(tmp_path, settings(dead_endpoint(), wheelhouse, dt_engine="torch",
-                                               dt_worker_instance_type="g5.xlarge", dt_checkout_dir=str(checkout)))
+                                               dt_worker_instance_type="g5.xlarge",
+                                               dt_master_instance_type="g5.xlarge", dt_checkout_dir=str(checkout)))
     assert rc != 0
     assert not (checkout / "localcloud" / "argv.json").exists()
     assert "-m localcloud wheelhouse --engine torch --gpu --dest" in out, out[-3000:]

@@ -104,9 +104,9 @@ def test_no_plugin_states_a_tag_name(path):
 
 
 def test_the_inventory_plugin_reads_the_home():
-    assert (ec2_elastic.CLUSTER_TAG, ec2_elastic.ROLE_TAG, ec2_elastic.GROUP_TAG, ec2_elastic.EFS_TAG,
-            ec2_elastic.NODE_TYPE_TAG, ec2_elastic.STATUS_TAG) == (tags.CLUSTER, tags.ROLE, tags.GROUP, tags.EFS,
-                                                                    tags.NODE_TYPE, tags.STATUS)
+    inventory = (ec2_elastic.CLUSTER_TAG, ec2_elastic.ROLE_TAG, ec2_elastic.GROUP_TAG, ec2_elastic.EFS_TAG,
+                 ec2_elastic.NODE_TYPE_TAG, ec2_elastic.STATUS_TAG)
+    assert inventory == (tags.CLUSTER, tags.ROLE, tags.GROUP, tags.EFS, tags.NODE_TYPE, tags.STATUS)
     assert ec2_elastic.elastic_tag_key("c1") == "c1-aws-dl-cfn-elastic-worker" == tags.elastic_tag("c1")
 
 

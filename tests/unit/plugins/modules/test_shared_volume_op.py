@@ -63,7 +63,7 @@ def test_archive_in_check_mode_changes_nothing(tmp_path, capsys):
 
 def test_archive_of_the_same_second_gets_a_directory_of_its_own(tmp_path):
     a_job(tmp_path)
-    first, _ = sv.archive_job(str(tmp_path), now=1_700_000_000)
+    first, _moved = sv.archive_job(str(tmp_path), now=1_700_000_000)
     (tmp_path / "status.json").write_text("{}")
     second, moved = sv.archive_job(str(tmp_path), now=1_700_000_000)
     assert moved == ["status.json"] and second == first + "-1"

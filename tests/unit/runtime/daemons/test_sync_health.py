@@ -30,8 +30,8 @@ def make_ckpt(efs, step):
     def payload(tmp):
         with open(os.path.join(tmp, "params"), "wb") as handle:
             handle.write(os.urandom(512))
-    return CheckpointStore(os.path.join(str(efs), "checkpoints"), keep=10).write(step, {"step": step, "epoch": 0},
-                                                                                  payload)
+    store = CheckpointStore(os.path.join(str(efs), "checkpoints"), keep=10)
+    return store.write(step, {"step": step, "epoch": 0}, payload)
 
 
 def sync_events(efs):

@@ -46,7 +46,8 @@ def test_the_config_is_built_once_frozen_and_typed(tmp_path):
 ])
 def test_the_strategy_is_chosen_once_from_engine_script_api_and_resize_mode(tmp_path, flags, kind, layout, mode):
     la = launcher(tmp_path, *flags)
-    assert type(la.strategy) is kind and isinstance(la.strategy.layout, layout) and la.strategy.mode == mode
+    assert type(la.strategy) is kind  # pylint: disable=unidiomatic-typecheck
+    assert isinstance(la.strategy.layout, layout) and la.strategy.mode == mode
     env = la.static_env(A)
     assert ("DT_ASSIGN" in env) is (kind is not ScriptRestart)          # a torchrun script gets its env at start
     assert env.get("DT_RESIZE_MODE") == ("in-place" if kind is InPlace else None)
@@ -55,7 +56,7 @@ def test_the_strategy_is_chosen_once_from_engine_script_api_and_resize_mode(tmp_
 
 def test_auto_keeps_survivors_in_place_on_cpu_nodes_only(tmp_path):
     la = launcher(tmp_path, "--engine", "torch", "--procs-per-node", "1")
-    assert type(la.strategy) is (Restart if node_gpus() else InPlace)
+    assert type(la.strategy) is (Restart if node_gpus() else InPlace)  # pylint: disable=unidiomatic-typecheck
 
 
 def test_a_resize_record_leaves_out_what_is_not_known_and_writes_what_is_unknown():
