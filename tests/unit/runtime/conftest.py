@@ -16,6 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+from dynatrain_runtime.contract.checkpoint import audit_check  # noqa: E402  pylint: disable=wrong-import-position
 NODE_PYTHON = os.environ.get("DT_NODE_PYTHON") or os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 
 
@@ -50,6 +51,29 @@ def node_python_or_skip():
 @pytest.fixture(scope="session")
 def node_python():
     return node_python_or_skip()
+
+
+@pytest.fixture(scope="session")
+def torch_python(node_python):
+    rc = subprocess.call([node_python, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if rc != 0:
+        pytest.skip("%s cannot import torch with gloo (make node-venv installs requirements-node-torch.txt)"
+                    % node_python)
+    return node_python
+
+
+def audit_ok(meta, epochs=5):
+    """Finished, and every epoch used every sample exactly once."""
+    assert meta["finished"], meta
+    assert audit_check(meta["audit"], meta["num_samples"]) == []
+    assert sorted(meta["audit"]["completed_epochs"]) == list(range(epochs))
+    per_epoch = {}
+    for rec in meta["audit"]["steps"]:
+        per_epoch.setdefault(rec["epoch"], []).extend(rec["idx"])
+    assert sorted(per_epoch) == list(range(epochs))
+    for epoch, idx in per_epoch.items():
+        assert sorted(idx) == list(range(meta["num_samples"])), epoch
 
 
 @pytest.fixture(scope="session")

@@ -9,24 +9,12 @@ import urllib.request
 
 import pytest
 
-from conftest import (LauncherRun, events, latest_meta, log_lines, pids_of_host, wait_for, write_hosts)
+from conftest import (LauncherRun, audit_ok, events, latest_meta, log_lines, pids_of_host, wait_for,  # noqa: F401  pylint: disable=unused-import
+                      write_hosts)
 
-from dynatrain_runtime.contract.checkpoint import audit_check
 
 EPOCHS = ["--epochs", "5", "--seed", "42", "--global-batch", "64", "--lr", "0.1"]
 M, A, B, C = "127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"
-
-
-def audit_ok(meta):
-    assert meta["finished"], meta
-    problems = audit_check(meta["audit"], meta["num_samples"])
-    assert problems == []
-    assert sorted(meta["audit"]["completed_epochs"]) == list(range(5))
-    per_epoch = {}
-    for rec in meta["audit"]["steps"]:
-        per_epoch.setdefault(rec["epoch"], []).extend(rec["idx"])
-    for epoch, idx in per_epoch.items():
-        assert sorted(idx) == list(range(meta["num_samples"])), epoch
 
 
 def free_tcp_port():
