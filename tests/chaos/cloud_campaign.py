@@ -37,7 +37,7 @@ of 1800, so the campaign does not wait half an hour).  Invariants after each fau
 * orphans = 0: every pending/running instance of the cluster is in ``host_worker`` and every address
   there is such an instance (none launched and forgotten, none half-joined);
 * queued = 0: no instance tagged ``ADD_QUEUED`` / ``REMOVAL_QUEUED`` after the pass;
-* the master's ``~admin/.ssh/known_hosts_dynatrain`` names every worker in ``host_worker`` (the launcher's
+* the master's ``~dynatrain-launcher/.ssh/known_hosts_dynatrain`` names every worker in ``host_worker`` (the launcher's
   strict host key checking needs it);
 * ``host_worker_log`` parses and its SEQ is contiguous from 0;
 * the launcher trains: a step past the one before the fault, with ``host_worker``'s membership;
@@ -71,6 +71,7 @@ from dynatrain_runtime import CheckpointStore, audit_check  # noqa: E402
 CLUSTER = "chaoscloud"
 NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.83.0.0/16", "dt_subnet_cidr": "127.83.1.0/24"}
 QUEUED_TIMEOUT = 30
+LAUNCHER_USER = "dynatrain-launcher"     # dt_launcher_user's default: it holds the known_hosts the launcher checks
 TRAIN = ["--epochs", "3000", "--seed", "7", "--audit-samples", "--checkpoint-every", "20", "--step-sleep", "0.2"]
 LOG_LINE = re.compile(r"^(\d+) (ADDED|REMOVED|FAILED) (\d{1,3}(?:\.\d{1,3}){3}) (\d+)$")
 INVARIANT_WAIT = 240        # s the job has to train again after a recovery
@@ -198,12 +199,13 @@ class Cluster:
         return found[0]["State"]["Name"], {t["Key"]: t["Value"] for t in found[0].get("Tags", [])}
 
     def master_known_hosts(self):
-        """The names in the master's known_hosts_dynatrain (the file the launcher's SSH checks)."""
+        """The names in the master's known_hosts_dynatrain (the file the launcher's SSH checks: the launcher
+        user's, issue 40)."""
         master = [ip for ip, tags in self.instances().items() if tags.get("dynatrain:role") == "master"]
         if not master:
             return set()
-        proc = subprocess.run(["podman", "exec", self.node_ids()[master[0]], "cat",
-                               "/home/admin/.ssh/known_hosts_dynatrain"], env=self.job.env, capture_output=True,
+        proc = subprocess.run(["podman", "exec", self.node_ids()[master[0]], "sh", "-c",
+                               "cat ~%s/.ssh/known_hosts_dynatrain" % LAUNCHER_USER], env=self.job.env, capture_output=True,
                               text=True, timeout=60, check=False)
         return {name for line in proc.stdout.splitlines() if line.strip() and not line.startswith(("#", "@"))
                 for name in line.split()[0].split(",")}
