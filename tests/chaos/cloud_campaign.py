@@ -69,7 +69,9 @@ import demo  # noqa: E402  (the reader of the cluster's shared volume and status
 from dynatrain_runtime import CheckpointStore, audit_check  # noqa: E402
 
 CLUSTER = "chaoscloud"
-NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.83.0.0/16", "dt_subnet_cidr": "127.83.1.0/24"}
+# max_workers: the rows add workers one after another (the overlapping ones two at a time); the default 8
+# would refuse the last rows' adds.
+NET = {"dt_cluster_name": CLUSTER, "dt_vpc_cidr": "127.83.0.0/16", "dt_subnet_cidr": "127.83.1.0/24", "max_workers": 32}
 QUEUED_TIMEOUT = 30
 LAUNCHER_USER = "dynatrain-launcher"     # dt_launcher_user's default: it holds the known_hosts the launcher checks
 TRAIN = ["--epochs", "3000", "--seed", "7", "--audit-samples", "--checkpoint-every", "20", "--step-sleep", "0.2"]
@@ -113,10 +115,11 @@ class Playbook:
             self.handle.flush()
         return True
 
-    def wait_line(self, pattern, timeout=600):
-        """Until a line matches ``pattern`` (a regex): True, or False when the playbook ended without one."""
+    def wait_line(self, pattern, timeout=600, since=0):
+        """Until a line (from line ``since`` on) matches ``pattern`` (a regex): True, or False when the playbook
+        ended without one."""
         rx = re.compile(pattern)
-        seen = 0
+        seen = since
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(rx.search(line) for line in self.lines[seen:]):
@@ -378,7 +381,11 @@ def pool_failed_start(cluster):
 def pool_interrupted_fill(cluster):
     size = len(cluster.pool()) + 1
     fill = Playbook("reconcile", {"dt_queued_timeout": QUEUED_TIMEOUT, "dt_warm_pool_size": size}, cluster.log_dir)
-    if not fill.wait_line(r"PLAY \[Configure the nodes|TASK \[dynatrain\.elastic\.(node_base|efs|mxnet)"):
+    # reconcile's own configure play (its joins) comes first, with no hosts: wait for the fill's launch
+    if not fill.wait_line(r"TASK \[.*Launch the missing pool workers"):
+        fill.finish()
+        raise RuntimeError("the reconcile pass launched no pool worker:\n" + fill.tail())
+    if not fill.wait_line(r"TASK \[dynatrain\.elastic\.(node_base|efs|mxnet|torch)", since=len(fill.lines)):
         fill.finish()
         raise RuntimeError("the pool fill ended before it configured its worker:\n" + fill.tail())
     time.sleep(1.0)
