@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every molecule scenario (molecule/<name>: one per role, podman driver and the
-# local node image; the cluster role's on the local cloud), run from the repository
+# local node image; the cluster, checkpoint_bucket and node_image roles' on the local cloud), run from the repository
 # root as `molecule test -s NAME`, each with its wall time.
 # DT_MOLECULE_SCENARIOS="node_base lifecycle" runs those. The cluster-level `lifecycle`
 # (bootstrap, its idempotence, add, status, remove, teardown as typed) runs only when

@@ -7,8 +7,9 @@
 #
 # With every stage selected they run in two lanes, as far as the 2 cores allow:
 #   cloud   (background) the e2e first (the longest stage: started at once), then the molecule
-#           scenario on the local cloud (cluster): the only users of the local cloud, one after the
-#           other (one account on one fixed port);
+#           scenarios on the local cloud (cluster, checkpoint_bucket, node_image: each molecule.yml with
+#           the default driver): the only users of the local cloud, one after the other (one account on
+#           one fixed port);
 #   main    unit, then lint and sanity;
 # then each lane, once free, takes role scenarios (each in its own container and network namespace):
 # the next one nobody has taken (mkdir of a claim), the longest first.

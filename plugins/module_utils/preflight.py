@@ -205,6 +205,7 @@ def vcpu_problem(klass, market, need, quota, region=""):
 
 ENGINES = ("mxnet", "torch")
 RESIZE_AT = ("step", "epoch")
+NODE_IMAGE = ("auto", "plain")
 SCRIPT_APIS = ("elastic", "torchrun")   # the runtime's protocol.SCRIPT_APIS
 # As roles/cluster/tasks/preflight.yml checks cluster_name (it names every resource and tag).
 CLUSTER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,30}$")
@@ -577,6 +578,11 @@ def settings_problems(settings, extra_vars=(), typed_names=(), engine_from_clust
         problems.append(
             f"dt_resize_at={given['dt_resize_at']} is not valid: pass -e dt_resize_at=step (membership changes at "
             "the next step, the default) or -e dt_resize_at=epoch (at the next epoch, as DT did).")
+    if "dt_node_image" in given and given["dt_node_image"] not in NODE_IMAGE:
+        problems.append(
+            f"dt_node_image={given['dt_node_image']} is not valid: pass -e dt_node_image=auto (boot the baked node "
+            "image of the current recipe, baking one beside the job when there is none, the default) or "
+            "-e dt_node_image=plain (never bake: boot the base AMI).")
     problems.append(script_api_problem(given.get("dt_train_script_api"), given.get("dt_engine", "mxnet"),
                                        not engine_from_cluster or "dt_engine" in typed_names))
     if "dt_job_name" in given:

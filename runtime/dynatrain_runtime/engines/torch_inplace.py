@@ -18,6 +18,8 @@ Built on ``torch.distributed``'s own primitives (the decision and its figures: `
   never a pickle) and the holders *send the bytes in chunks, spread over every holder* (chunk ``i`` from
   holder ``i mod n``); each chunk carries its size and adler32, the receiver refuses a chunk that does
   not match and fetches it once more, then fails (the launcher falls back to the restart path).
+  An add's chunks may travel behind the first step at the new size instead (``Healing``: a thread, a gloo
+  group of their own; the optimizer's first step waits for them).
   Sharded models (HSDP: a joiner's local rank r receives shard r from the holders of shard r) would
   plug in at ``tensors_of`` / ``holders``: ``docs/inplace.md``.
 
@@ -261,10 +263,12 @@ def layout_bytes(layout):
 class ByteStream:
     """A sender's view of its tensors as one byte stream: ``read(start, end)`` copies that range."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, copy=()):
         import torch
         self.parts, offset = [], 0
         for t in tensors:
+            if t.data_ptr() in copy:         # (data_ptrs) tensors that change before the stream is read
+                t = t.clone()
             flat = t.detach().to("cpu").reshape(-1).contiguous().view(torch.uint8)   # gloo: host memory
             self.parts.append((offset, flat))
             offset += flat.numel()
@@ -312,28 +316,33 @@ def _bcast_bytes(dist, data, src, group):
     return bytes(buf.numpy().tobytes())
 
 
-def settle(engine, step, header_fn, transfer_group=None):
+def settle(engine, step, header_fn, transfer_group=None, overlap=False):
     """Every member of the new group, right after it formed: make everyone hold the newest state.
 
     ``step``: the boundary this member holds (-1: nothing, a joiner).  ``header_fn()``: the checkpoint
-    meta of this member's boundary (called on the source only).  Returns ``(meta or None, stats)``:
-    the meta a receiver must apply (None for a holder), and what moved (bytes, seconds, chunks, refetched).
+    meta of this member's boundary (called on the source only).  ``overlap``: this member may let the
+    tensors travel behind the first step (``Healing``); it does only where every member may and every
+    receiver is a joiner (a survivor with an older snapshot must load it before it trains).
+    Returns ``(meta or None, stats, healing or None)``: the meta a receiver must apply (None for a
+    holder), what moved (bytes, seconds, chunks, refetched; ``overlap``), and the transfer in flight.
     """
     import torch
     dist, rank = engine.dist, engine.rank
     # the bytes go through host memory: on a GPU node (NCCL) a gloo side group carries them
     group = transfer_group or (dist.new_group(backend="gloo") if engine.backend != "gloo" else None)
-    steps = torch.tensor([int(step)], dtype=torch.int64)
-    gathered = [torch.zeros(1, dtype=torch.int64) for _rank in range(engine.world)]
-    dist.all_gather(gathered, steps, group=group)
-    best, holders, receivers = agree([int(t.item()) for t in gathered])
+    mine = torch.tensor([int(step), int(bool(overlap))], dtype=torch.int64)
+    gathered = [torch.zeros(2, dtype=torch.int64) for _rank in range(engine.world)]
+    dist.all_gather(gathered, mine, group=group)
+    best, holders, receivers = agree([int(t[0].item()) for t in gathered])
+    # every member computes the same answer from the same gathered values
+    background = bool(receivers) and all(int(t[1].item()) for t in gathered) and \
+        all(int(gathered[r][0].item()) < 0 for r in receivers)
     stats = {"step": best, "holders": holders, "receivers": receivers, "bytes": 0, "seconds": 0.0,
-             "chunks": 0, "refetched": 0}
+             "chunks": 0, "refetched": 0, "overlap": background}
     if not receivers:
-        return None, stats
+        return None, stats, None
     t0 = time.monotonic()
     source = holders[0]
-    layout = None
     if rank == source:
         layout, _tensors = tensors_of(engine.module, engine.optimizer)
         header = json.dumps({"meta": header_fn(), "layout": layout}).encode()
@@ -342,22 +351,112 @@ def settle(engine, step, header_fn, transfer_group=None):
     header = json.loads(_bcast_bytes(dist, header, source, group).decode())
     layout, total = header["layout"], layout_bytes(header["layout"])
     plan = chunk_plan(total, CHUNK_BYTES, holders)
+    stats.update(bytes=total * len(receivers), chunks=len(plan))
+    meta = header["meta"] if rank in receivers else None
+    if background:
+        # a side group of its own: the chunks must not interleave with the main thread's DDP exchange;
+        # the caller starts it once the optimizer waits for it
+        side = group if group is not None else dist.new_group(backend="gloo")
+        return meta, stats, Healing(engine, layout, total, plan, holders, receivers, side, stats, t0)
+    flat = _move(engine, total, plan, holders, receivers, group)
+    if flat is not None:
+        load_stream(engine.module, engine.optimizer, layout, flat[0], engine.device)
+    stats["refetched"] = _refetched_in_all(dist, flat[1] if flat is not None else 0, group)
+    stats["seconds"] = round(time.monotonic() - t0, 4)
+    return meta, stats, None
+
+
+def _move(engine, total, plan, holders, receivers, group, stream=None):
+    """The chunked transfer of ``plan``: a holder sends its chunks (of ``stream``, default its live state) to
+    every receiver (None); a receiver returns ``(the byte stream, chunks refetched)``."""
+    import torch
+    dist, rank = engine.dist, engine.rank
     if rank in holders:
-        _layout, tensors = tensors_of(engine.module, engine.optimizer)
-        stream = ByteStream(tensors)
+        if stream is None:
+            stream = ByteStream(tensors_of(engine.module, engine.optimizer)[1])
         if stream.total != total:
             raise TransferError(f"holder {rank}: {stream.total} bytes of state, the source's layout says {total}")
         for receiver in receivers:
             _send_chunks(dist, stream, [c for c in plan if c[3] == rank], receiver, group)
-        meta = None
-    elif rank in receivers:
-        flat = torch.empty(total, dtype=torch.uint8)
-        stats["refetched"] = _receive_chunks(dist, flat, plan, group)
-        load_stream(engine.module, engine.optimizer, layout, flat, engine.device)
-        meta = header["meta"]
-    dist.barrier(group=group)
-    stats.update(bytes=total * len(receivers), seconds=round(time.monotonic() - t0, 4), chunks=len(plan))
-    return meta, stats
+        return None
+    flat = torch.empty(total, dtype=torch.uint8)
+    return flat, _receive_chunks(dist, flat, plan, group)
+
+
+def _refetched_in_all(dist, mine, group):
+    """The transfer's end (a barrier): the chunks refetched by every receiver, known to every member."""
+    import torch
+    count = torch.tensor([int(mine)], dtype=torch.int64)
+    dist.all_reduce(count, group=group)
+    return int(count.item())
+
+
+class Healing:
+    """An add's state transfer behind the first step at the new size (``settle(overlap=True)``).
+
+    A thread moves the chunks on a gloo group of their own while the main thread trains the first step; in it
+    the receivers take a placeholder (weight 0: their gradient is zero, DDP's average stays the global mean).
+    The optimizer's step waits for the transfer (``finish``, from the worker's ``register_step_pre_hook``): a
+    holder sends its live boundary state (no copy: the step would change it; buffers, which a forward pass
+    may change, are copied first), a receiver loads the received state in place, then steps with the
+    group's averaged gradients -- after the step every member holds the same state.
+    """
+
+    def __init__(self, engine, layout, total, plan, holders, receivers, group, stats, t0):
+        self.engine, self.layout, self.total, self.plan = engine, layout, total, plan
+        self.holders, self.receivers, self.group = holders, list(receivers), group
+        self.stats, self.t0 = stats, t0
+        self.receiving = engine.rank in receivers
+        self.error = None
+        self._received = None
+        self._done = False
+        self._stream = None
+        if engine.rank in holders:
+            buffers = {b.data_ptr() for b in engine.module.buffers()}
+            self._stream = ByteStream(tensors_of(engine.module, engine.optimizer)[1], copy=buffers)
+        self._thread = threading.Thread(target=self._run, name="dt-heal", daemon=True)
+
+    @property
+    def done(self):
+        return self._done
+
+    def start(self):
+        self._thread.start()
+
+    def _run(self):
+        try:
+            self._received = _move(self.engine, self.total, self.plan, self.holders, self.receivers, self.group,
+                                   self._stream)
+            self._stream = None
+            mine = self._received[1] if self._received is not None else 0
+            self.stats["refetched"] = _refetched_in_all(self.engine.dist, mine, self.group)
+        except Exception as exc:  # noqa: BLE001 - raised on the training thread by finish()
+            self.error = exc
+        self.stats["seconds"] = round(time.monotonic() - self.t0, 4)
+
+    def finish(self):
+        """(training thread: the optimizer's first step, or the step's commit) Wait for the transfer; a receiver
+        loads the state in place, keeping the learning rate set for this step.  Raises what the transfer raised."""
+        if self._done:
+            return
+        self._done = True
+        waited = time.monotonic()
+        self._thread.join()
+        self.stats["waited_s"] = round(time.monotonic() - waited, 4)
+        if self.error is not None:
+            raise TransferError(f"the state transfer behind the first step failed: {self.error}") from self.error
+        if self.receiving:
+            flat, self._received = self._received[0], None
+            opt = self.engine.optimizer
+            lrs = [group.get("lr") for group in opt.param_groups]
+            load_stream(self.engine.module, opt, self.layout, flat, self.engine.device)
+            for group, lr in zip(opt.param_groups, lrs):
+                group["lr"] = lr
+
+    def abandon(self, timeout):
+        """A peer is gone during the first step: stop waiting on the transfer (its group dies with the regroup)."""
+        self._done = True
+        self._thread.join(timeout)
 
 
 _CORRUPTED = []          # the test hook damages one chunk once per process

@@ -84,6 +84,8 @@ class InPlaceGeneration(Generation):
                 self.pids[proc.host] = msg["pid"]
             if self.first_step_at is None:   # the boundary the members agreed on (a kill: their snapshot's)
                 self.resume_step = self.max_step = clean_int(msg.get("step"), self.resume_step)
+        elif isinstance(msg.get("transfer"), dict):   # an overlapped transfer's figures: with the first step
+            self.transfer[proc.host] = msg["transfer"]
         first = super().on_heartbeat(proc, msg)
         if first and self.resize is not None:
             self.resize.set(**self.summary(time.monotonic()))
@@ -96,9 +98,13 @@ class InPlaceGeneration(Generation):
         seconds = max([float(_number(s.get("seconds"))) for s in stats] or [0.0])
         pause = now - self.paused_at - (self.prev_step_time or 0.0)
         return {"mode": "in-place", "bytes_moved": moved, "transfer_s": round(seconds, 4),
+                "transfer_overlapped": any(s.get("overlap") is True for s in stats),
+                # s a member's first optimizer step waited at most for the transfer behind it (None: synchronous)
+                "transfer_waited_s": max([float(_number(s["waited_s"])) for s in stats if "waited_s" in s]
+                                         or [None]),
                 "transfer_mb_s": round(moved / 1e6 / seconds, 1) if seconds > 0 and moved else None,
                 "chunks": max([int(_number(s.get("chunks"))) for s in stats] or [0]),
-                "refetched": sum(int(_number(s.get("refetched"))) for s in stats),
+                "refetched": max([int(_number(s.get("refetched"))) for s in stats] or [0]),   # every member: the total
                 "pause_s": round(max(0.0, pause), 3), "checkpoint_written": False, "pids": dict(self.pids)}
 
     def exited_badly(self, now, master):

@@ -42,18 +42,25 @@ def step_global_batch(policy, global_batch, per_worker_batch, world):
     raise ValueError(f"unknown batch policy {policy!r} (one of {', '.join(BATCH_POLICIES)})")
 
 
-def plan_step(order, pos, world, rank, step_batch):
+def plan_step(order, pos, world, rank, step_batch, healing=()):
     """This worker's share of the next global step.
 
     Returns ``(indices, weights, global_size)``: the chunk is ``order[pos:pos+step_batch]``
     (shorter at the end of the epoch), split among ``world`` workers.  A worker whose share is
     empty (chunk shorter than the world) gets one placeholder sample with weight 0 so every
-    worker still takes part in the synchronous step; it consumes nothing.
+    worker still takes part in the synchronous step; it consumes nothing.  ``healing``: ranks
+    still receiving the state (an in-place joiner's first step): they get the placeholder, the
+    chunk is split among the others.
     """
     chunk = order[pos:pos + step_batch]
     if not chunk:
         raise ValueError(f"no samples left at position {pos} of {len(order)}")
-    start, end = shard(len(chunk), world, rank)
+    if rank in healing:
+        return [chunk[0]], [0.0], len(chunk)
+    others = [r for r in range(int(world)) if r not in healing]
+    if rank not in others:
+        raise ValueError(f"rank {rank!r} outside a world of {world!r} workers")
+    start, end = shard(len(chunk), len(others), others.index(rank))
     indices = chunk[start:end]
     if indices:
         return list(indices), [1.0] * len(indices), len(chunk)

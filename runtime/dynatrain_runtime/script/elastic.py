@@ -334,7 +334,8 @@ class Elastic:
                 if self._epoch_t0 is None or self.pos == 0:
                     self._epoch_t0 = time.time()
             size = self.step_batch()
-            indices, weights, global_size = plan_step(order, self.pos, self.world, self.rank, size)
+            healing = self.inplace.healing_ranks(self.step) if self.inplace is not None else ()
+            indices, weights, global_size = plan_step(order, self.pos, self.world, self.rank, size, healing)
             lr = self.lr.lr_at(self.step)
             self.engine.set_lr(lr)
             batch = Batch(epoch=self.epoch, step=self.step, pos=self.pos, indices=indices, weights=weights,
@@ -414,6 +415,7 @@ class Elastic:
         if self.inplace is not None and self.inplace.peer_lost():
             self.inplace.recover()         # DDP's exchange lost a peer: re-formed in place, this step redone
             return
+        healed = self.inplace.after_step() if self.inplace is not None else {}   # an add's overlapped transfer
         local = self._local_stats
         for k, value in ((0, batch.loss), (1, batch.correct)):
             if isinstance(value, float):
@@ -483,7 +485,7 @@ class Elastic:
         if first and self.checkpoint_every and self.rank == 0 and self._ckpt_writer.background \
                 and hasattr(self.engine, "prepare_snapshots"):
             self.engine.prepare_snapshots()   # the first checkpoint's host memory, touched in the background
-        self._emit_hb("running", force=first)
+        self._emit_hb("running", force=first or bool(healed), **healed)
 
     def _take_snapshot(self, now, taken=None):
         """Confirm the pending snapshot, issue this boundary's.

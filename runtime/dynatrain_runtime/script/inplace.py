@@ -14,7 +14,10 @@
   restores its newest boundary snapshot (the last completed step: the step in flight is redone),
   and the members agree on the newest boundary any of them holds (``settle``).
 * **A joiner** (a warm spare assigned with ``DT_JOIN=peer``) joins the new group in ``Elastic()``, and
-  in ``attach`` receives model, optimizer and sampler state from the survivors before its first step.
+  in ``attach`` receives the header (sampler state, layout) from the survivors; the model and optimizer
+  tensors follow behind the first step at the new size, in which the joiner takes a placeholder batch and
+  every member's optimizer step waits for the transfer (``_heal``; ``DT_JOIN_OVERLAP=0``, or a kill's
+  recovery: before the first step, as the survivors wait).
 
 Whatever fails on the way (the group does not form, a chunk fails its check twice) is said to the
 launcher (heartbeat ``regroup_failed``); the worker then stays alive for the launcher's ``recover``
@@ -33,6 +36,7 @@ MODE_VAR = "DT_RESIZE_MODE"
 JOIN_VAR = "DT_JOIN"
 IN_PLACE_REASONS = ("resize", "drain")      # a shutdown still checkpoints and exits
 FAIL_VAR = "DT_TEST_REGROUP_FAIL"           # tests: the worker of this host fails its first regroup
+OVERLAP_VAR = "DT_JOIN_OVERLAP"             # "0": a joiner's state moves while the survivors wait (no overlap)
 
 
 def wanted(engine_name, channel, environ=None):
@@ -51,6 +55,8 @@ class InPlaceWorker:
         self.lost = LostFlag(on_set=self._snapshot_at_loss)
         self.loss_snapshot = None            # the boundary state copied when the exchange failed
         self.joining = os.environ.get(JOIN_VAR) == "peer"
+        self.healing = None                  # an add's transfer behind the first step (``torch_inplace.Healing``)
+        self._heal_hook = None
         self._cmd = None
         self._cmd_ready = threading.Event()
 
@@ -91,11 +97,12 @@ class InPlaceWorker:
         from ..engines.torch_inplace import settle, wrap
         el = self.el
         if self.joining:
-            meta, stats = settle(el.engine, -1, self._header)
+            meta, stats, healing = settle(el.engine, -1, self._header, overlap=self._overlap_wanted())
             self._apply(meta)
+            self._heal(healing)
             el._phases["transferred"] = time.time()
             wrap(el.engine, self.lost, init_sync=False)
-            el._emit_hb("regrouped", force=True, transfer=stats, joined=True, pid=os.getpid())
+            el._emit_hb("regrouped", force=True, transfer=dict(stats), joined=True, pid=os.getpid())
         else:                                # a generation's start (fresh or from a checkpoint): as DDP does
             wrap(el.engine, self.lost, init_sync=True)
 
@@ -113,12 +120,58 @@ class InPlaceWorker:
     def peer_lost(self):
         return self.lost.is_set()
 
+    # ------------------------------------------------------------------ the overlapped transfer
+    def _overlap_wanted(self):
+        opt = self.el.engine.optimizer
+        return os.environ.get(OVERLAP_VAR, "1") != "0" and hasattr(opt, "register_step_pre_hook")
+
+    def _heal(self, healing):
+        """The transfer runs behind the first step: its receivers take a placeholder batch in it (``healing_ranks``)
+        and every member's optimizer step waits for the transfer first."""
+        self.healing = healing
+        if healing is not None:
+            self._heal_hook = self.el.engine.optimizer.register_step_pre_hook(
+                lambda _opt, _args, _kwargs: self._finish_healing())
+            healing.start()
+
+    def healing_ranks(self, step):
+        """The ranks that take a placeholder batch in global step ``step`` (the first after an add's regroup)."""
+        healing = self.healing
+        return frozenset(healing.receivers) if healing is not None and step == healing.stats["step"] else ()
+
+    def _finish_healing(self):
+        """(training thread) The transfer ended (a receiver holds the state now); a failure is said to the launcher
+        (``regroup_failed``, as the synchronous transfer's) and raised."""
+        healing = self.healing
+        if healing is None or healing.done:
+            return
+        self._heal_hook.remove()
+        try:
+            healing.finish()
+        except Exception as exc:  # noqa: BLE001 - the launcher falls back to the restart path
+            self._failed(exc)
+            raise
+
+    def after_step(self):
+        """(the step's commit) The first step's transfer stats, once: its end is waited for here if no optimizer
+        step did (a script that skipped it); {} otherwise."""
+        healing = self.healing
+        if healing is None:
+            return {}
+        self._finish_healing()
+        self.healing = None
+        return {"transfer": dict(healing.stats)}
+
     def recover(self, exc=None):
         """A peer is gone (the exchange failed, or ``exc`` from a collective): wait for the launcher's
         ``regroup`` and go on from the newest boundary the survivors hold (the step in flight is redone)."""
         el = self.el
         exc = exc or self.lost.error
         lost_at = time.time()
+        if self.healing is not None:         # the first step's transfer: its group dies with the regroup
+            self._heal_hook.remove()
+            self.healing.abandon(5.0)
+            self.healing = None
         emit("peer_lost", generation=el.generation, host=el.host, rank=el.rank, step=el.step, inplace=True,
              error=f"{type(exc).__name__}: {str(exc)[:300]}")
         msg = self._await(self.peer_wait)
@@ -144,9 +197,12 @@ class InPlaceWorker:
             rejoin(el.engine, msg["env"], phases)
             el.rank, el.world = el.engine.rank, el.engine.world
             phases["regrouped"] = time.time()
-            meta, stats = settle(el.engine, step, self._header)
+            # a kill's recovery loads its snapshot and sends synchronously (its peers may hold older ones)
+            overlap = not restore and self._overlap_wanted()
+            meta, stats, healing = settle(el.engine, step, self._header, overlap=overlap)
             if meta is not None:
                 self._apply(meta)
+            self._heal(healing)
             phases["transferred"] = time.time()
             wrap(el.engine, self.lost, init_sync=False)
         except Exception as exc:  # noqa: BLE001 - the launcher falls back to the restart path
@@ -157,7 +213,7 @@ class InPlaceWorker:
         el._phases = phases
         el.engine.seed(el.seed * 1000003 + el.step * 7 + el.rank)    # as a restart at this step seeds
         el.lr.on_world(el.world, el.step)
-        el._emit_hb("regrouped", force=True, transfer=stats, pid=os.getpid(),
+        el._emit_hb("regrouped", force=True, transfer=dict(stats), pid=os.getpid(),
                     pause_to_ready_s=round(time.time() - since, 4))
 
     def _failed(self, exc):

@@ -290,6 +290,13 @@ def test_resize_at_refused(value, needle):
     assert needle in problem and "-e dt_resize_at=epoch" in problem
 
 
+def test_node_image_auto_or_plain():
+    assert pf.settings_problems(dict(DEFAULTS, dt_node_image="auto")) == []
+    assert pf.settings_problems(dict(DEFAULTS, dt_node_image="plain")) == []
+    problem = only_problem(dt_node_image="baked")
+    assert problem.startswith("dt_node_image=baked is not valid") and "-e dt_node_image=plain" in problem
+
+
 def test_script_api_elastic_or_torchrun():
     assert pf.settings_problems(dict(DEFAULTS, dt_train_script_api="elastic")) == []
     assert pf.settings_problems(dict(DEFAULTS, dt_train_script_api="torchrun", dt_engine="torch")) == []

@@ -2,6 +2,8 @@
 the survivors' processes and state.  Real PyTorch (CPU, gloo) processes on 127.x "hosts" with the local transport.
 
 * the peer transfer alone (3 processes, no launcher): a chunk damaged on the wire is refused and fetched again;
+  behind the first step at the new size (the joiner takes a placeholder, loads the state in its optimizer step's
+  hook) the joiner holds the survivors' state bit for bit after that step;
 * add and remove: a survivor's training process is the same before and after, no checkpoint is written for
   either change, the joiner gets the state from live peers (a damaged chunk refetched), the audit is clean
   and the DT log exact;
@@ -80,6 +82,55 @@ def test_a_joiner_gets_the_state_from_both_holders_and_a_damaged_chunk_is_fetche
     assert damaged[0]["stats"]["holders"] == [0, 1] and damaged[0]["stats"]["receivers"] == [2]
 
 
+def test_the_overlap_is_asked_for_unless_turned_off_or_the_optimizer_cannot_wait(monkeypatch):
+    from types import SimpleNamespace
+    from dynatrain_runtime.script.inplace import InPlaceWorker
+    engine = SimpleNamespace(optimizer=SimpleNamespace(register_step_pre_hook=lambda hook: None))
+    worker = InPlaceWorker(SimpleNamespace(engine=engine), peer_wait=1)
+    monkeypatch.delenv("DT_JOIN_OVERLAP", raising=False)
+    assert worker._overlap_wanted()                      # pylint: disable=protected-access
+    monkeypatch.setenv("DT_JOIN_OVERLAP", "0")           # the synchronous transfer, as before
+    assert not worker._overlap_wanted()                  # pylint: disable=protected-access
+    monkeypatch.setenv("DT_JOIN_OVERLAP", "1")
+    engine.optimizer = object()                          # no step pre-hook to wait in
+    assert not worker._overlap_wanted()                  # pylint: disable=protected-access
+    assert worker.healing_ranks(7) == ()
+
+
+def _overlapped(node_python, port, extra_env, no_overlap_rank=None):
+    env = dict(os.environ, DT_CHUNK_BYTES="20000", **extra_env)
+    procs = [subprocess.Popen([node_python, os.path.join(HERE, "inplace_overlap_peer.py"), str(r), str(port),
+                               "0" if r == no_overlap_rank else "1"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(3)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-3000:]
+        outs.append(json.loads(out.decode().strip().splitlines()[-1]))
+    return sorted(outs, key=lambda o: o["rank"])
+
+
+def test_the_transfer_behind_the_first_step_leaves_the_joiner_bit_equal_after_it(torch_python):
+    outs = _overlapped(torch_python, 29761, {"DT_TEST_CORRUPT_CHUNK": "3"})
+    holder, joiner = outs[0], outs[2]
+    assert all(o["stats"]["overlap"] is True and o["healing"] == [2] for o in outs), outs
+    assert joiner["weights"] == [0.0]                         # the joiner's first step: a placeholder
+    assert sorted(outs[0]["indices"] + outs[1]["indices"]) == list(range(12))   # the survivors take it all
+    assert all(o["global_size"] == 12 for o in outs)
+    assert holder["mean_ok"] and outs[1]["mean_ok"]           # DDP's average: the mean over the global batch
+    assert joiner["before"] != holder["before"] == outs[1]["before"]   # the state arrived in the step's hook
+    assert len({o["after"] for o in outs}) == 1, outs         # after the step: the same state, bit for bit
+    assert joiner["lr"] == 0.05                               # this step's LR, not the loaded boundary's
+    assert joiner["meta"] == {"step": 7, "epoch": 1, "pos": 64} and joiner["stats"]["refetched"] == 1
+
+
+def test_one_member_without_the_overlap_makes_every_member_take_the_synchronous_transfer(torch_python):
+    outs = _overlapped(torch_python, 29771, {}, no_overlap_rank=1)     # as DT_JOIN_OVERLAP=0 on that host
+    assert all(o["stats"]["overlap"] is False and o["healing"] == [] for o in outs), outs
+    assert outs[2]["weights"] == [1.0] * 4 and outs[2]["before"] == outs[0]["before"]   # loaded before it trained
+    assert len({o["after"] for o in outs}) == 1 and outs[0]["mean_ok"] and outs[1]["mean_ok"]
+
+
 def test_in_place_add_and_remove_keep_the_survivors_and_write_no_checkpoint(tmp_path, torch_python, digits_npz):
     efs = str(tmp_path)
     write_hosts(efs, [A, M])
@@ -113,7 +164,8 @@ def test_in_place_add_and_remove_keep_the_survivors_and_write_no_checkpoint(tmp_
     assert add["pids"][M] in before[M] and add["pids"][A] in before[A], (add["pids"], before)   # the same process
     assert remove["pids"][M] == add["pids"][M] and remove["pids"][B] == add["pids"][B]
     assert add["bytes_moved"] > 0 and add["refetched"] == 1 and add["chunks"] >= 2, add    # chunk 0 refused once
-    assert remove["bytes_moved"] == 0
+    assert add["transfer_overlapped"] is True and add["transfer_s"] > 0, add      # behind the first step
+    assert remove["bytes_moved"] == 0 and remove["transfer_overlapped"] is False
     gens = [e for e in events(efs) if e["event"] == "generation_start"]
     assert [g.get("inplace", False) for g in gens] == [False, True, True]
     assert gens[1]["joiners"] == [B] and gens[2]["joiners"] == []
@@ -158,6 +210,7 @@ def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_process
     end = ends[0]
     assert end["pids"][M] in before[M] and end["pids"][A] in before[A], (end["pids"], before)
     assert end["recomputed_steps"] <= 1 and end["first_step"] == end["resume_step"] + 1
+    assert end["transfer_overlapped"] is False
     assert not [e for e in evs if e["event"] == "worker_failed" and e["ip"] != B]
     meta = latest_meta(efs)
     assert checkpoints(efs) == ["ckpt-%010d" % meta["step"]]

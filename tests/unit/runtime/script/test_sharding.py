@@ -92,6 +92,18 @@ def test_empty_share_gets_a_zero_weight_placeholder():
     assert g == 2 and w == [0.0] and len(idx) == 1
 
 
+@pytest.mark.parametrize("size", [64, 5, 2, 1])
+def test_a_healing_rank_takes_a_placeholder_and_the_others_the_whole_chunk(size):
+    order = list(range(100))
+    shares = [d.plan_step(order, 10, 3, r, size, healing=frozenset([1])) for r in range(3)]
+    assert shares[1][:2] == ([10], [0.0])                     # the joiner still receiving: consumes nothing
+    used = [i for idx, w, _g in shares for i, x in zip(idx, w) if x > 0]
+    assert sorted(used) == order[10:10 + size]                # the others: every sample of the chunk once
+    assert {g for _i, _w, g in shares} == {size}              # the global size (the loss's scale) unchanged
+    assert [d.plan_step(order, 10, 3, r, size) for r in range(3)] == \
+        [d.plan_step(order, 10, 3, r, size, healing=()) for r in range(3)]
+
+
 def test_fixed_global_lr_is_constant():
     s = d.LrSchedule("fixed-global", 0.1, 64, warmup_steps=10)
     assert s.on_world(2, 0) == 0.1
