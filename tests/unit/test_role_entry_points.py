@@ -218,5 +218,5 @@ def test_checks_report_what_they_must(tmp_path):
     assert len(undeclared) == 1 + len(TEMPLATE_VALUES["_dt_engine"]), undeclared
     assert any("nosuchrole" in p and "does not exist" in p for p in undeclared)
     assert all("nosuchentry" in p for p in undeclared if "nosuchrole" not in p)
-    assert sorted(name for _, name in _internal_uses(str(play))) == ["__efs_result", "_cluster_pin_instances"]
-    assert [line for line, _ in _role_file_includes(str(play))] == [14]
+    assert sorted(use[1] for use in _internal_uses(str(play))) == ["__efs_result", "_cluster_pin_instances"]
+    assert [use[0] for use in _role_file_includes(str(play))] == [14]
