@@ -4,50 +4,28 @@ at world 3 (``InPlaceWorker``'s hook on the optimizer step), in which the joiner
 ``argv[3]`` "0": this rank asks for no overlap (every rank must then take the synchronous path).
 Prints one JSON line: the stats, the global step's shares, and digests of the state before and after the step."""
 import copy
-import datetime
 import json
 import sys
 import types
-import zlib
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from dynatrain_runtime.engines.torch import TorchEngine
-from dynatrain_runtime.engines.torch_inplace import settle, tensors_of
+from dynatrain_runtime.engines.torch_inplace import settle
 from dynatrain_runtime.script.data import plan_step
 from dynatrain_runtime.script.inplace import InPlaceWorker
+from inplace_group import HEADER, STEP, WORLD, digest, join
 
 rank, port, want = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] != "0"
-WORLD, STEP, BATCH = 3, 7, 12
-store = dist.TCPStore("127.0.0.1", port, WORLD, rank == 0, timeout=datetime.timedelta(seconds=60))
-dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
-torch.manual_seed(0 if rank < 2 else 99)
-model = torch.nn.Sequential(torch.nn.Linear(64, 300), torch.nn.ReLU(), torch.nn.Linear(300, 10))
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-if rank < 2:                                     # the holders' state: after two identical steps
-    torch.manual_seed(1)
-    for _ in range(2):
-        opt.zero_grad()
-        model(torch.randn(8, 64)).sum().backward()
-        opt.step()
-
-
-def digest():
-    value = 0
-    for t in tensors_of(model, opt)[1]:
-        value = zlib.adler32(t.detach().contiguous().view(-1).view(torch.uint8).numpy(), value)
-    return value
-
-
+BATCH = 12
+engine = join(rank, port)
+model, opt = engine.module, engine.optimizer
 boundary = copy.deepcopy(model)                # a holder's boundary model (the joiner's: its own): the mean's reference
 boundary.zero_grad(set_to_none=True)
-engine = types.SimpleNamespace(dist=dist, rank=rank, world=WORLD, module=model, optimizer=opt, backend="gloo",
-                               device=torch.device("cpu"))
 worker = InPlaceWorker(types.SimpleNamespace(engine=engine), peer_wait=5)
-meta, stats, healing = settle(engine, STEP if rank < 2 else -1, lambda: {"step": STEP, "epoch": 1, "pos": 64},
-                              overlap=want)
+meta, stats, healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER, overlap=want)
 worker._heal(healing)                            # pylint: disable=protected-access
 ddp = DistributedDataParallel(model, init_sync=False)
 # the first step at world 3: the same data everywhere, each rank's share of it by the plan
@@ -59,7 +37,7 @@ opt.param_groups[0]["lr"] = 0.05                 # this step's LR (set_lr): the 
 opt.zero_grad()
 per_sample = torch.nn.functional.cross_entropy(ddp(x[indices]), y[indices], reduction="none")
 TorchEngine.weighted_loss(per_sample, weights, TorchEngine.grad_scale(WORLD, global_size)).backward()
-before = digest()                                # the joiner: still its own state (loaded in the step's hook)
+before = digest(engine)[0]                       # the joiner: still its own state (loaded in the step's hook)
 grads = [p.grad.clone() for p in model.parameters()]
 opt.step()
 done = worker.after_step()
@@ -67,7 +45,7 @@ done = worker.after_step()
 torch.nn.functional.cross_entropy(boundary(x), y).backward()
 mean_ok = all(float((g - r.grad).norm() / r.grad.norm()) < 1e-5 for g, r in zip(grads, boundary.parameters()))
 print(json.dumps({"mean_ok": mean_ok, "rank": rank, "meta": meta, "stats": done.get("transfer", stats), "before": before,
-                  "after": digest(), "indices": indices, "weights": weights, "global_size": global_size,
+                  "after": digest(engine)[0], "indices": indices, "weights": weights, "global_size": global_size,
                   "healing": sorted(healing_ranks), "lr": opt.param_groups[0]["lr"]}),
       flush=True)
 dist.destroy_process_group()

@@ -58,9 +58,10 @@ def test_chunks_are_spread_over_every_holder_and_the_newest_boundary_wins():
     assert agree([4, 5, 5]) == (5, [1, 2], [0])           # a survivor with an older snapshot receives too
 
 
-def _transfer(node_python, port, extra_env):
+def _peers(script, node_python, port, extra_env, rank_args=lambda rank: []):
+    """Run ``script`` as the 3 members of a gloo group; their JSON lines, by rank."""
     env = dict(os.environ, DT_CHUNK_BYTES="20000", **extra_env)
-    procs = [subprocess.Popen([node_python, os.path.join(HERE, "inplace_peer.py"), str(r), str(port)], env=env,
+    procs = [subprocess.Popen([node_python, os.path.join(HERE, script), str(r), str(port)] + rank_args(r), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(3)]
     outs = []
     for p in procs:
@@ -68,6 +69,10 @@ def _transfer(node_python, port, extra_env):
         assert p.returncode == 0, err.decode()[-3000:]
         outs.append(json.loads(out.decode().strip().splitlines()[-1]))
     return sorted(outs, key=lambda o: o["rank"])
+
+
+def _transfer(node_python, port, extra_env):
+    return _peers("inplace_peer.py", node_python, port, extra_env)
 
 
 def test_a_joiner_gets_the_state_from_both_holders_and_a_damaged_chunk_is_fetched_again(torch_python):
@@ -98,16 +103,8 @@ def test_the_overlap_is_asked_for_unless_turned_off_or_the_optimizer_cannot_wait
 
 
 def _overlapped(node_python, port, extra_env, no_overlap_rank=None):
-    env = dict(os.environ, DT_CHUNK_BYTES="20000", **extra_env)
-    procs = [subprocess.Popen([node_python, os.path.join(HERE, "inplace_overlap_peer.py"), str(r), str(port),
-                               "0" if r == no_overlap_rank else "1"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(3)]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err.decode()[-3000:]
-        outs.append(json.loads(out.decode().strip().splitlines()[-1]))
-    return sorted(outs, key=lambda o: o["rank"])
+    return _peers("inplace_overlap_peer.py", node_python, port, extra_env,
+                  lambda rank: ["0" if rank == no_overlap_rank else "1"])
 
 
 def test_the_transfer_behind_the_first_step_leaves_the_joiner_bit_equal_after_it(torch_python):
