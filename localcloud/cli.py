@@ -1,4 +1,5 @@
-"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt, spot-capacity, quota."""
+"""`python -m localcloud <command>`: build-image, wheelhouse, up, down, status, env, interrupt, spot-capacity,
+no-start-capacity, quota."""
 
 import argparse
 import json
@@ -296,6 +297,8 @@ def cmd_status(args):
     print("ami        %s = %s" % (config.AMI_NAME, snap.get("ami")))
     cap = snap.get("spot_capacity")
     print("spot       capacity %s" % ("unlimited" if cap is None else cap))
+    if snap.get("no_start_capacity"):
+        print("starts     refused (InsufficientInstanceCapacity) for %s" % ", ".join(snap["no_start_capacity"]))
     rows = snap.get("instances", [])
     print("instances  %d" % len(rows))
     for i in rows:
@@ -375,6 +378,27 @@ def cmd_spot_capacity(args):
     return 0
 
 
+def cmd_no_start_capacity(args):
+    """Show, arm or (--none) disarm the instances whose StartInstances fails for want of capacity."""
+    if not _daemon_pid():
+        return _err("not running: `python -m localcloud up` first")
+    if args.none and args.instance_ids:
+        return _err("either instance ids or --none, not both")
+    if args.none or args.instance_ids:
+        code, body = _control("/no-start-capacity", {"instance_ids": args.instance_ids})
+    else:
+        code, body = _control("/no-start-capacity")
+    if code != 200:
+        return _err(body.get("error", "no-start-capacity failed (%d)" % code))
+    ids = body.get("instance_ids") or []
+    print(
+        "localcloud: %s"
+        % ("every start gets capacity" if not ids else "no start capacity for %s: StartInstances of them fails with "
+           "InsufficientInstanceCapacity, like EC2's" % ", ".join(ids))
+    )
+    return 0
+
+
 def cmd_quota(args):
     """Set an EC2 vCPU quota (Service Quotas' GetServiceQuota answers it): localcloud/quotas.py."""
     if not _daemon_pid():
@@ -427,6 +451,12 @@ def main(argv=None):
     c = sub.add_parser("spot-capacity", help="show or cap the spot instances EC2 can give (tests of spot shortage)")
     c.add_argument("capacity", nargs="?", help="N (pending/running spot instances at most) or 'unlimited'")
     c.set_defaults(func=cmd_spot_capacity)
+    n = sub.add_parser("no-start-capacity", help="show or set the stopped instances EC2 has no capacity to start "
+                                                 "(tests of a failed start)")
+    n.add_argument("instance_ids", nargs="*", metavar="INSTANCE_ID",
+                   help="their StartInstances fails with InsufficientInstanceCapacity (replaces the list)")
+    n.add_argument("--none", action="store_true", help="every start gets capacity again")
+    n.set_defaults(func=cmd_no_start_capacity)
     q = sub.add_parser("quota", help="set an EC2 vCPU quota, e.g. `quota [--region us-west-2] ec2 L-1216C47A 32` "
                                      "(preflight tests)")
     q.add_argument("--region", default=None,

@@ -3,7 +3,7 @@
 It hosts moto's server (the control plane: all API state lives in this
 process's memory), the reconciler loop (the data plane) with the IMDS
 emulators, and a small control endpoint on 127.0.0.1 for `status`,
-`interrupt` and `spot-capacity`. When it stops, the cloud is gone: containers are removed and
+`interrupt`, `spot-capacity` and `no-start-capacity`. When it stops, the cloud is gone: containers are removed and
 moto's state is lost, like closing an AWS account.
 """
 
@@ -164,10 +164,12 @@ class _Control(BaseHTTPRequestHandler):
             )
         if self.path == "/spot-capacity":
             return self._reply(200, {"capacity": moto_compat.spot_capacity()})
+        if self.path == "/no-start-capacity":
+            return self._reply(200, {"instance_ids": moto_compat.no_start_capacity()})
         if self.path == "/status":
             snap = d["reconciler"].snapshot() if d.get("reconciler") else {}
             snap.update(pid=os.getpid(), endpoint=config.endpoint(), ami=d.get("ami"), home=config.home(),
-                        spot_capacity=moto_compat.spot_capacity())
+                        spot_capacity=moto_compat.spot_capacity(), no_start_capacity=moto_compat.no_start_capacity())
             return self._reply(200, snap)
         self._reply(404, {"error": "not found"})
 
@@ -175,6 +177,8 @@ class _Control(BaseHTTPRequestHandler):
         d = self.server.daemon_state
         if self.path == "/spot-capacity":
             return self._spot_capacity()
+        if self.path == "/no-start-capacity":
+            return self._no_start_capacity()
         if self.path == "/quota":  # localcloud/quotas.py: set an EC2 vCPU quota
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
@@ -202,6 +206,16 @@ class _Control(BaseHTTPRequestHandler):
             return self._reply(400, {"error": "bad request: %s" % e})
         log.info("spot capacity: %s", "unlimited" if cap is None else cap)
         self._reply(200, {"capacity": cap})
+
+    def _no_start_capacity(self):
+        """POST {"instance_ids": [...]}: the stopped instances whose StartInstances EC2 refuses ([]: none)."""
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            ids = moto_compat.set_no_start_capacity(body.get("instance_ids") or [])
+        except (ValueError, AttributeError) as e:
+            return self._reply(400, {"error": "bad request: %s" % e})
+        log.info("no start capacity for: %s", ", ".join(ids) or "none")
+        self._reply(200, {"instance_ids": ids})
 
     def log_message(self, fmt, *args):
         log.debug("control: " + fmt, *args)

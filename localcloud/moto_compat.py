@@ -14,7 +14,10 @@ launches spot instances); moto honours only the request's. And EC2's spot
 capacity runs out: `set_spot_capacity(n)` (the daemon's control endpoint,
 `python -m localcloud spot-capacity N|unlimited`, or DT_LOCALCLOUD_SPOT_CAPACITY
 at start) caps the pending/running spot instances; a spot RunInstances beyond
-it fails like EC2's (InsufficientInstanceCapacity, HTTP 500).
+it fails like EC2's (InsufficientInstanceCapacity, HTTP 500). EC2 may also have no capacity for a
+stopped instance's type when it is started again: `set_no_start_capacity(ids)` (the control endpoint,
+`python -m localcloud no-start-capacity i-...`) makes a StartInstances of any of those stopped
+instances fail the same way (the instance stays `stopped`), until it is disarmed.
 
 EC2's GetConsoleOutput returns what the instance printed on its console, among
 it cloud-init's SSH host key fingerprints (the product checks scanned host keys
@@ -66,7 +69,8 @@ import threading
 _APPLIED = False
 
 SPOT_CAPACITY_ENV = "DT_LOCALCLOUD_SPOT_CAPACITY"
-SPOT_CAPACITY_ERROR = "InsufficientInstanceCapacity"
+CAPACITY_ERROR = "InsufficientInstanceCapacity"    # EC2's code for a shortage: a spot launch, a start
+SPOT_CAPACITY_ERROR = CAPACITY_ERROR
 SPOT_CAPACITY_MESSAGE = "There is no Spot capacity available that matches your request."
 _spot = {"capacity": None}
 _spot_lock = threading.RLock()
@@ -95,6 +99,31 @@ def spot_capacity():
 def spot_capacity_from_env(environ=None):
     """The cap DT_LOCALCLOUD_SPOT_CAPACITY asks for at start (unset: unlimited)."""
     return parse_spot_capacity((os.environ if environ is None else environ).get(SPOT_CAPACITY_ENV))
+
+
+# "We currently do not have sufficient <type> capacity in the Availability Zone you requested": EC2's
+# answer to a StartInstances whose stopped instance it cannot place (reported with the instance's type/zone).
+START_CAPACITY_MESSAGE = ("We currently do not have sufficient %s capacity in the Availability Zone you requested "
+                          "(%s). Our system will be working on provisioning additional capacity.")
+_no_start_capacity = set()
+_no_start_capacity_lock = threading.Lock()
+
+
+def set_no_start_capacity(instance_ids):
+    """The instances whose start EC2 has no capacity for (replaces the set; empty: every start works); sorted."""
+    if not isinstance(instance_ids, (list, tuple, set)) or not all(
+            isinstance(i, str) and i.startswith("i-") for i in instance_ids):
+        raise ValueError("instance ids must be a list of 'i-...' strings, not %r" % (instance_ids,))
+    with _no_start_capacity_lock:
+        _no_start_capacity.clear()
+        _no_start_capacity.update(instance_ids)
+        return sorted(_no_start_capacity)
+
+
+def no_start_capacity():
+    """The instance ids armed by set_no_start_capacity, sorted."""
+    with _no_start_capacity_lock:
+        return sorted(_no_start_capacity)
 
 
 PUBLIC_POOL = ipaddress.ip_network("127.254.0.0/16")
@@ -202,8 +231,31 @@ def _patch_launch_template_network():
     InstanceBackend.run_instances = run_instances
 
 
-class InsufficientSpotCapacity(Exception):
-    """Raised by the patched backend; answered as EC2 does (see _patch_spot_market)."""
+class InsufficientCapacity(Exception):
+    """Raised by the patched backend (a spot launch, a start); answered as EC2 does (_answer_capacity_shortage)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _answer_capacity_shortage(response_method):
+    """An EC2 response method whose InsufficientCapacity is answered as EC2 answers a capacity shortage."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+
+    def answer(self):
+        try:
+            return response_method(self)
+        except InsufficientCapacity as shortage:
+            # EC2 answers a capacity shortage with a server error (HTTP 500), which
+            # botocore and amazon.aws retry before giving up, as against AWS.
+            error = EC2ClientError(shortage.code, shortage.message)
+            _status, headers, body = self.serialized(ActionResult(error))
+            headers["status"] = 500
+            return body, headers
+
+    return answer
 
 
 def _running_spot_instances(backend):
@@ -231,30 +283,36 @@ def _patch_spot_market():
             with _spot_lock:
                 cap = _spot["capacity"]
                 if cap is not None and _running_spot_instances(self) + int(count) > cap:
-                    raise InsufficientSpotCapacity()
+                    raise InsufficientCapacity(SPOT_CAPACITY_ERROR, SPOT_CAPACITY_MESSAGE)
                 return original(self, image_id, count, user_data, security_group_names, **kwargs)
         return original(self, image_id, count, user_data, security_group_names, **kwargs)
 
     InstanceBackend.run_instances = run_instances
 
-    from moto.core.responses import ActionResult
-    from moto.ec2.exceptions import EC2ClientError
     from moto.ec2.responses.instances import InstanceResponse
 
-    original_response = InstanceResponse.run_instances
+    InstanceResponse.run_instances = _answer_capacity_shortage(InstanceResponse.run_instances)
 
-    def run_instances_response(self):
-        try:
-            return original_response(self)
-        except InsufficientSpotCapacity:
-            # EC2 answers a capacity shortage with a server error (HTTP 500), which
-            # botocore and amazon.aws retry before giving up, as against AWS.
-            error = EC2ClientError(SPOT_CAPACITY_ERROR, SPOT_CAPACITY_MESSAGE)
-            _status, headers, body = self.serialized(ActionResult(error))
-            headers["status"] = 500
-            return body, headers
 
-    InstanceResponse.run_instances = run_instances_response
+def _patch_start_capacity():
+    """StartInstances of a stopped instance armed by set_no_start_capacity fails as EC2's does; none starts."""
+    from moto.ec2.models.instances import InstanceBackend
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original = InstanceBackend.start_instances
+
+    def start_instances(self, instance_ids):
+        # the check and the starts under one lock: a disarm or another start cannot come in between
+        with _state_lock:
+            for instance in self.get_multi_instances_by_id(instance_ids):
+                # only a stopped instance needs capacity (a pending/running one's start changes nothing)
+                if instance.state == "stopped" and instance.id in no_start_capacity():
+                    raise InsufficientCapacity(CAPACITY_ERROR, START_CAPACITY_MESSAGE
+                                               % (instance.instance_type, instance.availability_zone))
+            return original(self, instance_ids)
+
+    InstanceBackend.start_instances = start_instances
+    InstanceResponse.start_instances = _answer_capacity_shortage(InstanceResponse.start_instances)
 
 
 def _delete_launch_template_versions(self):
@@ -637,6 +695,7 @@ def apply():
     _patch_launch_template_network()
     _patch_launch_template_tags()
     _patch_spot_market()
+    _patch_start_capacity()
     _patch_console_output()
     _patch_public_ips()
     _patch_bucket_tags()

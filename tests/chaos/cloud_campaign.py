@@ -24,9 +24,11 @@ root.  Each fault:
 * ``pool-double-take``: a warm pool of one worker (``reconcile.yml -e dt_warm_pool_size=1``), then two adds
   at once: both exit 0, the job grows by two, and the pool worker joined through exactly one of them (the
   other backed off and launched);
-* ``pool-failed-start``: a warm pool of one, its container hidden (``podman rename``) so that its start
-  fails, then an add: it exits 0 with a launched worker, and the pool worker is back in the pool (stopped,
-  ``dynatrain:group=pool``, not ``ADD_QUEUED``) before its container is given its name back;
+* ``pool-failed-start``: a warm pool of one whose start EC2 refuses for want of capacity (the local cloud's
+  ``python -m localcloud no-start-capacity <id>``: StartInstances fails with ``InsufficientInstanceCapacity``,
+  HTTP 500, as on AWS), then an add: it exits 0 and says the start failed, a launched worker joined (not the
+  pool's), and the pool worker is back in the pool (stopped, ``dynatrain:group=pool``, not ``ADD_QUEUED``);
+  the refusal is disarmed (``--none``) whatever the add did;
 * ``pool-interrupted-fill``: Ctrl-C of ``reconcile.yml -e dt_warm_pool_size=N+1`` while it configures the new
   pool worker; the recovery's reconcile (no pool size) must terminate the worker the fill left running.
 
@@ -350,32 +352,44 @@ def pool_double_take(cluster):
         rcs + (backed_off,))
 
 
+def no_start_capacity(ids):
+    """The local cloud has no capacity to start ``ids`` (``[]``: every start gets it again), as EC2 may lack it for
+    a stopped instance's type: ``python -m localcloud no-start-capacity``; then the armed ids, as its status says."""
+    for command in (["no-start-capacity"] + (list(ids) or ["--none"]), ["status", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "localcloud"] + command, cwd=ROOT, capture_output=True,
+                              text=True, check=False, timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError("localcloud %s failed: %s" % (" ".join(command), proc.stderr.strip()))
+    return json.loads(proc.stdout).get("no_start_capacity", [])
+
+
 def pool_failed_start(cluster):
     pooled = fill_pool(cluster, 1)[0]
-    hidden = pooled + "-hidden"
     before = set(cluster.job.hosts())
-    renamed = subprocess.run(["podman", "rename", pooled, hidden], env=cluster.job.env, capture_output=True,
-                             text=True, check=False, timeout=60)
-    if renamed.returncode != 0:
-        raise RuntimeError("could not hide the pool worker's container: " + renamed.stderr.strip())
+    if no_start_capacity([pooled]) != [pooled]:
+        raise RuntimeError("the local cloud did not arm the failed start of %s" % pooled)
     try:
         rc, book = run("add_workers", {"count": 1}, cluster.log_dir)
-        both_ok((book, rc))
-        deadline = time.monotonic() + 300         # the local cloud gives a start up after its attempts
-        while time.monotonic() < deadline:
-            state, tags = cluster.instance(pooled)
-            if state == "gone" or (state == "stopped" and tags.get("dynatrain:group") == "pool"):
-                break
-            time.sleep(5)
     finally:
-        subprocess.run(["podman", "rename", hidden, pooled], env=cluster.job.env, check=False, timeout=60)
+        armed = no_start_capacity([])
+    if armed:
+        raise RuntimeError("the failed start is still armed for %s" % armed)
+    both_ok((book, rc))
+    output = " ".join("".join(book.lines).split())    # the YAML callback wraps a long message over lines
+    # the take's own words: the fault happened (EC2 refused the start), not some other failure
+    if "InsufficientInstanceCapacity" not in output or "given back to the warm pool" not in output:
+        raise RuntimeError("add_workers (rc %d) did not report the pool worker's refused start:\n%s"
+                           % (rc, book.tail()))
     new = set(cluster.job.hosts()) - before
+    new_ids = {cluster.node_ids().get(ip) for ip in new}
     state, tags = cluster.instance(pooled)
-    if len(new) != 1 or state != "stopped" or tags.get("dynatrain:group") != "pool":
+    if (len(new) != 1 or pooled in new_ids or state != "stopped" or tags.get("dynatrain:group") != "pool"
+            or tags.get("elastic_worker_status") == "ADD_QUEUED"):
         ours = {k: v for k, v in tags.items() if k.startswith(("dynatrain:", "elastic"))}
-        raise RuntimeError("a pool worker whose start failed: %d new workers; it is %s, tags %s"
-                           % (len(new), state, ours))
-    return "an add whose pool worker could not start (rc %d): a launched worker joined, the pool's is back" % rc
+        raise RuntimeError("a pool worker whose start failed: %d new workers %s; it is %s, tags %s"
+                           % (len(new), sorted(new_ids - {None}), state, ours))
+    return ("an add whose pool worker EC2 could not start (InsufficientInstanceCapacity, rc %d): a launched worker "
+            "joined, the pool's is back in the pool (stopped)" % rc)
 
 
 def pool_interrupted_fill(cluster):
