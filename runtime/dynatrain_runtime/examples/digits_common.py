@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -18,6 +19,7 @@ from dynatrain_runtime.engines import ENGINES, engine_name
 
 DEFAULT_DATA = os.environ.get("DT_DATA_PATH", "/var/lib/dynatrain/data/digits.npz")
 MODELS = ("mlp", "conv")
+DIE_VAR = "DT_TEST_DIE_AFTER_UPDATE"    # tests: "HOST:STEP" -- that host's worker is killed after that step's update
 
 
 def parse_args(argv=None):
@@ -69,11 +71,14 @@ def make_elastic(args, num_samples, **engine_options):
 def simulate_compute(args, batch):
     """The stand-ins for a heavier model: ``--step-sleep`` per step (every worker waits alike) and
     ``--sample-cost-ms`` per sample of the worker's share (data-parallel compute: a larger world
-    gives each worker fewer samples, so samples/s rises)."""
+    gives each worker fewer samples, so samples/s rises).  ``DT_TEST_DIE_AFTER_UPDATE``: a kill between a step's
+    gradient exchange and its commit's collective (tests)."""
     if args.step_sleep:
         time.sleep(args.step_sleep)
     if args.sample_cost_ms and not batch.placeholder:
         time.sleep(len(batch.indices) * args.sample_cost_ms / 1000.0)
+    if os.environ.get(DIE_VAR) == f"{os.environ.get('DT_WORKER_IP')}:{batch.step}":
+        os.kill(os.getpid(), signal.SIGKILL)          # after the step's update, before its commit
 
 
 def load_data(path, seed, val_fraction):

@@ -404,12 +404,20 @@ class Elastic:
             self._epoch_stats[k] += float(agg[c])
         if self.audit:
             nz = [int(i) for i in (agg[_C_HEAD:] > 0).nonzero()[0]]
-            rec = {"step": batch.step, "epoch": batch.epoch, "world": self.world, "gen": self.generation,
-                   "idx": nz}
+            rec = self._audit_record(batch, nz)
             dup = {str(i): int(agg[_C_HEAD + i]) for i in nz if agg[_C_HEAD + i] > 1.5}
             if dup:
                 rec["dup"] = dup
             self.audit_log["steps"].append(rec)
+
+    def _audit_record(self, batch, idx=None):
+        """The audit's record of ``batch``'s step: the samples it used (``idx``: the metrics all-reduce's, else
+        the data plan's -- every worker's shares of a step together are its chunk of the epoch's order)."""
+        if idx is None:
+            order = epoch_order(self.num_samples, self.seed, batch.epoch)
+            idx = sorted(order[batch.pos:batch.pos + batch.global_size])
+        return {"step": batch.step, "epoch": batch.epoch, "world": self.world, "gen": self.generation,
+                "idx": [int(i) for i in idx]}
 
     def _commit(self, batch, step_time):
         if self.inplace is not None and self.inplace.peer_lost():
@@ -424,43 +432,34 @@ class Elastic:
                 self._local_nd.append((k, value))
         local[2] += batch.count
         epoch_done = self.pos + batch.global_size >= self.num_samples
+        ended = []                         # the step's summary once ``_advance`` committed it
         if self.audit or epoch_done:
             try:
                 self._sync_stats(batch)
             except Exception as exc:      # torch: the all-reduce raises when a peer is gone
-                if self._peer_error is not None and self._peer_error(exc):
-                    if self.inplace is not None:
-                        self.inplace.recover(exc)   # re-formed in place from the boundary state: redo
-                        return
+                if self._peer_error is None or not self._peer_error(exc):
+                    raise
+                if self.inplace is None:
                     self._hold_for_launcher(exc)
-                raise
+                    raise
+                # the step's gradient exchange completed (DDP's hook saw no loss), so its update is in the
+                # model: the recovery keeps the step, committed here before the group re-forms (its record
+                # from the data plan: the dead peer's share is known); the metrics' sums of it are lost
+                record = self._audit_record(batch) if self.audit else None
+
+                def keep():
+                    if record is not None:
+                        self.audit_log["steps"].append(record)
+                    ended.append(self._advance(batch, step_time, epoch_done))
+
+                if not self.inplace.recover(exc, keep):
+                    return                 # re-formed in place from the boundary state: redo
+        if not ended:
+            ended.append(self._advance(batch, step_time, epoch_done))
         now = time.time()
-        # state after the step
-        with self._lock:                   # the channel thread reads the step count (stop_ack)
-            self.pos += batch.global_size
-            self.step += 1
-        self.train_time += step_time
-        self._recent.append((now, batch.global_size))
-        if len(self._recent) > 50:
-            del self._recent[0]
-        if self._gen_first_step is None:
-            self._gen_first_step = now
-        if epoch_done:
-            loss, correct, count = self._epoch_stats
-            summary = {"epoch": self.epoch, "step": self.step, "world": self.world,
-                       "train_loss": loss / max(count, 1.0), "train_acc": correct / max(count, 1.0),
-                       "samples": int(count), "epoch_time": now - (self._epoch_t0 or now),
-                       "samples_per_s": self.samples_per_s(), "generation": self.generation}
-            if self.audit:
-                self.audit_log["completed_epochs"].append(self.epoch)
-            self.epoch += 1
-            self.pos = 0
-            self._epoch_stats = [0.0, 0.0, 0.0]
-            self._epoch_t0 = now
+        if ended[0] is not None:
             for fn in self._on_epoch_end:
-                fn(summary)
-        if self.epoch >= self.epochs:
-            self.finished = True
+                fn(ended[0])
         if not self.finished and self._stop_here(epoch_done):
             if self.inplace is not None and self.inplace.applies(self._stop_reason):
                 self.inplace.pause()       # no checkpoint: regrouped in this process (or told to leave)
@@ -486,6 +485,36 @@ class Elastic:
                 and hasattr(self.engine, "prepare_snapshots"):
             self.engine.prepare_snapshots()   # the first checkpoint's host memory, touched in the background
         self._emit_hb("running", force=first or bool(healed), **healed)
+
+    def _advance(self, batch, step_time, epoch_done):
+        """The state after ``batch``'s step: position, step count, time; at an epoch's end its summary (returned,
+        for the callbacks; None mid-epoch), the audit's completed epoch and the next epoch."""
+        now = time.time()
+        with self._lock:                   # the channel thread reads the step count (stop_ack)
+            self.pos += batch.global_size
+            self.step += 1
+        self.train_time += step_time
+        self._recent.append((now, batch.global_size))
+        if len(self._recent) > 50:
+            del self._recent[0]
+        if self._gen_first_step is None:
+            self._gen_first_step = now
+        summary = None
+        if epoch_done:
+            loss, correct, count = self._epoch_stats
+            summary = {"epoch": self.epoch, "step": self.step, "world": self.world,
+                       "train_loss": loss / max(count, 1.0), "train_acc": correct / max(count, 1.0),
+                       "samples": int(count), "epoch_time": now - (self._epoch_t0 or now),
+                       "samples_per_s": self.samples_per_s(), "generation": self.generation}
+            if self.audit:
+                self.audit_log["completed_epochs"].append(self.epoch)
+            self.epoch += 1
+            self.pos = 0
+            self._epoch_stats = [0.0, 0.0, 0.0]
+            self._epoch_t0 = now
+        if self.epoch >= self.epochs:
+            self.finished = True
+        return summary
 
     def _take_snapshot(self, now, taken=None):
         """Confirm the pending snapshot, issue this boundary's.

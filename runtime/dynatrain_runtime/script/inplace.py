@@ -10,9 +10,14 @@
   verified), wrap DDP again without a broadcast, and go on with the next step.  The sampler's split,
   the audit and the DT log are untouched: the step count, position and audit log carry on in memory.
 * **A lost peer**: DDP's exchange fails (``guarded_allreduce`` sets ``lost``; no exception in the
-  script) or the metrics all-reduce raises; the worker says ``peer_lost`` and waits for ``regroup``,
-  restores its newest boundary snapshot (the last completed step: the step in flight is redone),
-  and the members agree on the newest boundary any of them holds (``settle``).
+  script) or the metrics all-reduce raises; the worker says ``peer_lost`` and waits for ``regroup``.
+  When the exchange failed it restores its newest boundary snapshot (the copy taken as the exchange failed:
+  the step in flight is redone); when a later collective of the step failed, the exchange had completed and
+  the model holds the step's update, so it keeps the step (``keep``: committed before the group re-forms)
+  instead of going back to a boundary snapshot, which on a large model may be many steps old.  The members
+  agree on the newest boundary any of them holds (``settle``'s first collective): a member holds step s + 1
+  only if its exchange of step s completed, i.e. every old member's gradient reached it, so a member still
+  at s takes that state rather than redoing the step -- the step is committed once either way.
 * **A joiner** (a warm spare assigned with ``DT_JOIN=peer``) joins the new group in ``Elastic()``, and
   in ``attach`` receives the header (sampler state, layout) from the survivors; the model and optimizer
   tensors follow behind the first step at the new size, in which the joiner takes a placeholder batch and
@@ -162,9 +167,11 @@ class InPlaceWorker:
         self.healing = None
         return {"transfer": dict(healing.stats)}
 
-    def recover(self, exc=None):
+    def recover(self, exc=None, keep=None):
         """A peer is gone (the exchange failed, or ``exc`` from a collective): wait for the launcher's
-        ``regroup`` and go on from the newest boundary the survivors hold (the step in flight is redone)."""
+        ``regroup`` and go on from the newest boundary the survivors hold.  ``keep``: the step's update is in
+        the model (its exchange completed); called before the group re-forms, it commits the step here.
+        True when this member goes on from the kept step; False: the step in flight is redone (or it left)."""
         el = self.el
         exc = exc or self.lost.error
         lost_at = time.time()
@@ -180,11 +187,12 @@ class InPlaceWorker:
                 from exc
         if msg.get("kind") == CMD_LEAVE:
             self._leave(msg)
-            return
-        self._regroup(msg, lost_at, restore=True)
+            return False
+        return self._regroup(msg, lost_at, restore=True, keep=keep)
 
     # ------------------------------------------------------------------ the change
-    def _regroup(self, msg, since, restore):
+    def _regroup(self, msg, since, restore, keep=None):
+        """Re-form in ``msg``'s group; returns True when this member kept its step in flight (``recover``)."""
         from ..engines.torch_inplace import rejoin, settle, wrap
         el = self.el
         phases = {"assigned": since, "regroup_received": time.time()}
@@ -192,7 +200,7 @@ class InPlaceWorker:
             if os.environ.get(FAIL_VAR) == el.host and not getattr(self, "_failed_once", False):
                 self._failed_once = True
                 raise RuntimeError(f"{FAIL_VAR}: this host's regroup fails (a test)")
-            step = self._restore() if restore else el.step
+            step = self._restore(keep) if restore else el.step
             phases["restored"] = time.time()
             rejoin(el.engine, msg["env"], phases)
             el.rank, el.world = el.engine.rank, el.engine.world
@@ -215,6 +223,7 @@ class InPlaceWorker:
         el.lr.on_world(el.world, el.step)
         el._emit_hb("regrouped", force=True, transfer=dict(stats), pid=os.getpid(),
                     pause_to_ready_s=round(time.time() - since, 4))
+        return keep is not None and meta is None       # kept, and the group went on from it
 
     def _failed(self, exc):
         el = self.el
@@ -238,15 +247,19 @@ class InPlaceWorker:
         el = self.el
         self.loss_snapshot = el.engine.snapshot(el.meta(), el.audit_log if el.audit else None)
 
-    def _restore(self):
-        """Load the newest boundary snapshot (the last completed step); its step, or -1 without one."""
+    def _restore(self, keep=None):
+        """The boundary this member goes on from: the step in flight when ``keep`` commits it (its update is in
+        the live state), else its newest boundary snapshot loaded (the last completed step); -1 without one."""
         from ..engines.torch import clone_to_cpu
         from .recovery import CONFIRM_WAIT
         el = self.el
+        at_loss, self.loss_snapshot = self.loss_snapshot, None
+        if keep is not None:
+            keep()
+            return el.step
         snap, pending = el._snapshot, el._pending
         if pending is not None and pending.ready_within(CONFIRM_WAIT):
             snap = pending
-        at_loss, self.loss_snapshot = self.loss_snapshot, None
         if at_loss is not None and (snap is None or at_loss.step >= snap.step):
             snap = at_loss
         if snap is None:

@@ -7,7 +7,8 @@ the survivors' processes and state.  Real PyTorch (CPU, gloo) processes on 127.x
 * add and remove: a survivor's training process is the same before and after, no checkpoint is written for
   either change, the joiner gets the state from live peers (a damaged chunk refetched), the audit is clean
   and the DT log exact;
-* a killed worker: the survivors re-form in place from their boundary state, no recovery checkpoint.
+* a killed worker: the survivors re-form in place from their boundary state, no recovery checkpoint; killed after
+  the step's gradient exchange (in its commit's collective), the survivors keep that step: nothing is redone.
 """
 import json
 import os
@@ -215,6 +216,40 @@ def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_process
     committed_once(meta)
     print("in place: kill -> first step at world 2 in %.3f s (pause %.3f s), %d step(s) redone"
           % (end["total_s"], end["pause_s"], end["recomputed_steps"]))
+
+
+def test_a_worker_killed_after_the_gradient_exchange_costs_the_survivors_no_step(tmp_path, torch_python, digits_npz):
+    """B dies after step DIE's update, before its commit's all-reduce (the audit's, every step): the survivors'
+    exchange of that step completed, so they keep it instead of going back to a boundary snapshot."""
+    die = 40
+    efs = str(tmp_path)
+    write_hosts(efs, [A, B, M])
+    run = LauncherRun(efs, torch_python, digits_npz,
+                      EPOCHS + ["--epochs", "6", "--step-sleep", "0.05", "--checkpoint-every", "0"],
+                      launcher_args=INPLACE + ["--env", "DT_TEST_DIE_AFTER_UPDATE=%s:%d" % (B, die)],
+                      port_base=23600)
+    try:
+        wait_for(lambda: len(log_lines(efs)) >= 4, 120, "FAILED", proc=run.proc)
+        rc = run.wait(240)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["FAILED", B]]
+    evs = events(efs)
+    assert not [e for e in evs if e["event"] in ("recovery_checkpoint", "recovery_unavailable")]
+    ends = resize_ends(efs)
+    assert len(ends) == 1 and ends[0]["mode"] == "in-place" and ends[0]["world"] == 2, ends
+    end = ends[0]
+    # the step B died in is committed by the survivors: they go on from the boundary after it, redo nothing
+    assert end["resume_step"] == die + 1 and end["first_step"] == die + 2, end
+    assert end["recomputed_steps"] == 0, end
+    meta = latest_meta(efs)
+    audit_ok(meta, epochs=6)                      # every sample once per epoch: the kept step counted once
+    committed_once(meta)
+    kept = [r for r in meta["audit"]["steps"] if r["step"] == die]
+    assert len(kept) == 1 and kept[0]["world"] == 3, kept     # recorded as the old group's step
+    print("in place: killed after step %d's exchange -> resumed at %d, %d step(s) redone, pause %.3f s"
+          % (die, end["resume_step"], end["recomputed_steps"], end["pause_s"]))
 
 
 def test_a_regroup_that_fails_falls_back_to_the_restart_path_from_a_survivors_state(
