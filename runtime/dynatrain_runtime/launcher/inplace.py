@@ -196,7 +196,8 @@ class InPlace(Restart):
         """A failure recovered in place: say so in its resize record (the boundary is known at the regroup)."""
         resize.set(recovered_from="in-place", resume_step=None, recomputed_steps=None)
         self.launcher.out(f"generation {resize.from_generation}: the survivors re-form in place from their "
-                          "boundary state (the step in flight is redone)")
+                          "boundary state (the step in flight is redone, or kept when its gradient exchange had "
+                          "completed)")
 
     # ------------------------------------------------------------------ start
     def start(self, membership):
