@@ -26,7 +26,7 @@ STATUS = "elastic_worker_status"        # DT's ADD_QUEUED -> ADDED -> REMOVAL_QU
 STATUS_TIME = PREFIX + "status-time"
 LAUNCH_TOKEN = PREFIX + "launch-token"  # a warm-pool take's claim (ec2_pool_take)
 # The node runtime a pool worker was configured with (the runtime wheel's file name), set when it is
-# parked: a take refuses one whose runtime is not the launcher's (cluster_pool_runtime).
+# parked: a take refuses one whose runtime is not the launcher's (warm_pool_runtime).
 RUNTIME = PREFIX + "runtime"
 MARKET = PREFIX + "market"              # spot | on-demand
 # The cluster's shared file system (its id), on every instance the launch templates start: configure_nodes

@@ -162,8 +162,9 @@ def _reconcile_files():
         seen.add(path)
         text = path.read_text(encoding="utf-8")
         todo += [ROOT / "playbooks" / f"{n}.yml" for n in re.findall(r"import_playbook: dynatrain\.elastic\.(\w+)", text)]
-        todo += [ROOT / "roles" / role / "tasks" / name
-                 for role, name in re.findall(r"name: dynatrain\.elastic\.(\w+)\s+tasks_from: (\S+\.yml)", text)]
+        # an include without tasks_from enters the role's main
+        todo += [ROOT / "roles" / role / "tasks" / (name or "main.yml")
+                 for role, name in re.findall(r"name: dynatrain\.elastic\.(\w+)(?:\s+tasks_from: (\S+\.yml))?", text)]
         todo += [path.parent / n for n in re.findall(r"(?:import|include)_tasks: (\S+\.yml)", text)]
         for role in re.findall(r"role: dynatrain\.elastic\.(\w+)", text):
             todo += sorted((ROOT / "roles" / role / "tasks").glob("*.yml"))
@@ -182,7 +183,7 @@ def _ec2_instance_states(path):
 def test_policy_allows_every_call_of_a_reconcile_pass(statements):
     files = _reconcile_files()
     assert ROOT / "playbooks" / "join_workers.yml" in files
-    assert ROOT / "roles" / "cluster" / "tasks" / "launch.yml" in files
+    assert ROOT / "roles" / "fleet" / "tasks" / "launch.yml" in files
     modules = set()
     for path in files:
         text = path.read_text(encoding="utf-8")
@@ -192,7 +193,7 @@ def test_policy_allows_every_call_of_a_reconcile_pass(statements):
     needed = INVENTORY_ACTIONS.union(*(MODULE_ACTIONS[m] for m in modules))
     # ec2_instance's state: stopped (the warm pool's refill) stops, state: running would start
     needed |= {STATE_ACTIONS[state] for path in files for state in _ec2_instance_states(path)}
-    assert ROOT / "roles" / "cluster" / "tasks" / "pool_park.yml" in files and "ec2:StopInstances" in needed
+    assert ROOT / "roles" / "warm_pool" / "tasks" / "park.yml" in files and "ec2:StopInstances" in needed
     allowed = {a for s in statements for a in _actions(s)}
     assert needed - allowed == set()
 

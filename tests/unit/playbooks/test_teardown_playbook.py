@@ -63,10 +63,10 @@ def test_a_failed_final_save_keeps_the_shared_volume_unless_forced(tmp_path, clo
     assert rc != 0, out[-3000:]
     assert f"The job of cluster {CLUSTER} could not be saved to S3 before the teardown" in out, out[-3000:]
     assert "Nothing was deleted" in out and "-e teardown_force=true" in out
-    assert "TASK [dynatrain.elastic.cluster : Terminate every instance of the cluster]" not in out
+    assert "TASK [dynatrain.elastic.fleet : Terminate every instance of the cluster]" not in out
     assert f"{CLUSTER}-efs" in file_systems(efs)
 
     rc, out = teardown(tmp_path, endpoint, "-e", "teardown_force=true")
     assert "teardown_force=true: the teardown goes on." in out, out[-3000:]
-    assert "TASK [dynatrain.elastic.cluster : Delete the shared file system]" in out, out[-3000:]
+    assert "TASK [dynatrain.elastic.network : Delete the shared file system]" in out, out[-3000:]
     assert f"{CLUSTER}-efs" not in file_systems(efs)

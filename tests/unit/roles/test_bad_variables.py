@@ -15,9 +15,9 @@ CASES = [
     ("cluster", "main", {"cluster_max_workers": "many"}, "cluster_max_workers"),
     ("cluster", "main", {"cluster_worker_count": "-1", "cluster_admin_cidr": "10.0.0.0/8"}, "worker_count=-1"),
     ("cluster", "main", {"cluster_admin_cidr": "0.0.0.0/0"}, "dt_admin_cidr"),
-    ("cluster", "launch", {}, "cluster_launch_count"),
-    ("cluster", "launch", {"cluster_launch_count": 1, "cluster_worker_market": "reserved"}, "cluster_worker_market"),
-    ("cluster", "launch", {"cluster_launch_count": 1, "cluster_spot_fallback": "wait"}, "cluster_spot_fallback"),
+    ("fleet", "launch", {}, "fleet_launch_count"),
+    ("fleet", "launch", {"fleet_launch_count": 1, "fleet_worker_market": "reserved"}, "fleet_worker_market"),
+    ("fleet", "launch", {"fleet_launch_count": 1, "fleet_spot_fallback": "wait"}, "fleet_spot_fallback"),
     ("cuda", "main", {"cuda_reboot_timeout": "soon"}, "cuda_reboot_timeout"),
     ("efs", "main", {"efs_mount_type": "smb"}, "efs_mount_type"),
     # issue 27: the efs-utils mount is the encrypted one; it cannot lose TLS

@@ -122,6 +122,7 @@ def test_the_lookup_gives_the_names_by_key():
 
 
 def test_the_roles_read_the_names_through_the_lookup():
-    for vars_file, key in (("roles/cluster/vars/main.yml", "_cluster_tag"), ("roles/node_image/vars/main.yml", "_node_image_tag")):
+    roles = ("cluster", "network", "fleet", "warm_pool", "node_image")
+    for vars_file, key in ((f"roles/{role}/vars/main.yml", f"_{role}_tag") for role in roles):
         with open(ROOT / vars_file, encoding="utf-8") as handle:
             assert "lookup('dynatrain.elastic.cluster_tags'" in yaml.safe_load(handle)[key]
