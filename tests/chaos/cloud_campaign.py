@@ -27,7 +27,8 @@ root.  Each fault:
 * ``pool-failed-start``: a warm pool of one whose start EC2 refuses for want of capacity (the local cloud's
   ``python -m localcloud no-start-capacity <id>``: StartInstances fails with ``InsufficientInstanceCapacity``,
   HTTP 500, as on AWS), then an add: it exits 0 and says the start failed, a launched worker joined (not the
-  pool's), and the pool worker is back in the pool (stopped, ``dynatrain:group=pool``, not ``ADD_QUEUED``);
+  pool's), and the pool worker is back in the pool (stopped, its tags as the fill left them:
+  ``dynatrain:group=pool``, the claim's token and status undone);
   the refusal is disarmed (``--none``) whatever the add did;
 * ``pool-interrupted-fill``: Ctrl-C of ``reconcile.yml -e dt_warm_pool_size=N+1`` while it configures the new
   pool worker; the recovery's reconcile (no pool size) must terminate the worker the fill left running.
@@ -366,6 +367,7 @@ def no_start_capacity(ids):
 def pool_failed_start(cluster):
     pooled = fill_pool(cluster, 1)[0]
     before = set(cluster.job.hosts())
+    _state, pool_tags = cluster.instance(pooled)
     if no_start_capacity([pooled]) != [pooled]:
         raise RuntimeError("the local cloud did not arm the failed start of %s" % pooled)
     try:
@@ -383,11 +385,14 @@ def pool_failed_start(cluster):
     new = set(cluster.job.hosts()) - before
     new_ids = {cluster.node_ids().get(ip) for ip in new}
     state, tags = cluster.instance(pooled)
+    # back in the pool: the claim's tags undone, every tag as the fill left it (a pool worker carries the worker
+    # template's status tag, which reconcile does not act on while the group is the pool's)
     if (len(new) != 1 or pooled in new_ids or state != "stopped" or tags.get("dynatrain:group") != "pool"
-            or tags.get("elastic_worker_status") == "ADD_QUEUED"):
-        ours = {k: v for k, v in tags.items() if k.startswith(("dynatrain:", "elastic"))}
-        raise RuntimeError("a pool worker whose start failed: %d new workers %s; it is %s, tags %s"
-                           % (len(new), sorted(new_ids - {None}), state, ours))
+            or tags != pool_tags):
+        changed = {k: (pool_tags.get(k), tags.get(k)) for k in set(tags) | set(pool_tags)
+                   if pool_tags.get(k) != tags.get(k)}
+        raise RuntimeError("a pool worker whose start failed: %d new workers %s; it is %s, tags changed "
+                           "(before, after) %s" % (len(new), sorted(new_ids - {None}), state, changed))
     return ("an add whose pool worker EC2 could not start (InsufficientInstanceCapacity, rc %d): a launched worker "
             "joined, the pool's is back in the pool (stopped)" % rc)
 
