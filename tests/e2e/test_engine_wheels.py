@@ -63,6 +63,27 @@ def _built(out):
     return any("changed: [" in run.split("\nTASK [")[0] for run in runs)
 
 
+def _ec2(env):
+    job = demo.Demo.__new__(demo.Demo)
+    job.env = env
+    return job.boto("ec2")
+
+
+def _worker_template_image(env, cluster):
+    """The image the cluster's on-demand worker launch template boots (its default version)."""
+    (version,) = _ec2(env).describe_launch_template_versions(LaunchTemplateName=cluster + "-worker",
+                                                             Versions=["$Default"])["LaunchTemplateVersions"]
+    return version["LaunchTemplateData"]["ImageId"]
+
+
+def _master_image(env, cluster):
+    """The image the cluster's master booted (the base image when no node image existed at the bootstrap)."""
+    (master,) = [i for r in _ec2(env).describe_instances(Filters=[
+        {"Name": "tag:Name", "Values": [cluster + "-master"]},
+        {"Name": "instance-state-name", "Values": ["running"]}])["Reservations"] for i in r["Instances"]]
+    return master["ImageId"]
+
+
 def _resources(env):
     """What a bootstrap creates, counted across the local cloud."""
     job = demo.Demo.__new__(demo.Demo)
@@ -107,6 +128,10 @@ def test_torch_right_after_the_mxnet_setup(cloud, setup_wheelhouse, tmp_path):
     assert out.index("Build on the controller the engine's node wheels") < out.index("Check the vCPU quotas")
     assert list(setup_wheelhouse.glob("torch-2.13.0+cpu-*.whl"))
     print("bootstrap (torch, wheels built on demand): %.0f s" % (time.monotonic() - t0), flush=True)
+    # dt_node_image=auto (the default), no torch image yet: the bootstrap baked one beside the running job and
+    # pointed the worker launch template at it (its rewrite never reaches the checkpoint bucket or the network)
+    assert "Baked the node image" in out and "the node image bake failed" not in out, out[-5000:]
+    assert _worker_template_image(cloud, base["dt_cluster_name"]) != _master_image(cloud, base["dt_cluster_name"])
     for name, extra in (("add_workers", {"count": 1}), ("remove_workers", {"count": 1})):
         rc, out = playbook(cloud, name, dict(base, **extra))
         assert rc == 0, "%s failed:\n%s" % (name, out[-5000:])
