@@ -264,7 +264,7 @@ class Cluster:
 
 # ------------------------------------------------------------------------------------------ faults
 def sigint_add(cluster, moment):
-    patterns = {"launch": r"TASK \[dynatrain\.elastic\.cluster : Wait for SSH on each node",
+    patterns = {"launch": r"TASK \[dynatrain\.elastic\.fleet : Wait for SSH on each node",
                 "configure": r"TASK \[dynatrain\.elastic\.(node_base|efs|mxnet)",
                 "join": r"TASK \[Wait for the launcher's ADDED"}
     add = Playbook("add_workers", {"count": 1}, cluster.log_dir)
