@@ -99,7 +99,7 @@ def test_module_pins_then_reports_no_change_then_forgets(tmp_path, capsys):
 
 
 def test_every_update_of_the_controllers_known_hosts_goes_through_the_module():
-    """pin_host_keys, terminate, the lost master and the image builder: no unlocked read-modify-write."""
+    """pin_host_keys, terminate, the lost master and the image builder (its discard): no unlocked read-modify-write."""
     offenders = []
     controller_roles = [ROOT / "roles" / role / "tasks" for role in ("cluster", "network", "fleet", "warm_pool", "node_image")]
     for task_file in [f for d in controller_roles for f in d.glob("*.yml")] + list((ROOT / "playbooks").glob("*.yml")):
@@ -109,5 +109,5 @@ def test_every_update_of_the_controllers_known_hosts_goes_through_the_module():
     assert offenders == []
     pins = (ROOT / "roles" / "fleet" / "tasks" / "pin_host_keys.yml").read_text()
     assert "dynatrain.elastic.known_hosts_pins:" in pins
-    for role, name in (("fleet", "terminate.yml"), ("fleet", "lost_master.yml"), ("node_image", "capture.yml")):
+    for role, name in (("fleet", "terminate.yml"), ("fleet", "lost_master.yml"), ("node_image", "discard.yml")):
         assert "dynatrain.elastic.known_hosts_pins:" in (ROOT / "roles" / role / "tasks" / name).read_text(), name
