@@ -2,7 +2,6 @@
 spot instance (as on EC2), and a spot capacity cap fails RunInstances with
 EC2's error (InsufficientInstanceCapacity, HTTP 500)."""
 
-import socket
 
 import boto3
 import pytest
@@ -10,12 +9,6 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from localcloud import moto_compat
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -119,27 +112,6 @@ def test_parse_spot_capacity_refuses(value):
 def test_env_sets_the_capacity_at_start():
     assert moto_compat.spot_capacity_from_env({moto_compat.SPOT_CAPACITY_ENV: "2"}) == 2
     assert moto_compat.spot_capacity_from_env({}) is None
-
-
-@pytest.fixture
-def control(monkeypatch):
-    """The daemon's control endpoint alone, on free ports (no moto, no podman)."""
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    from localcloud import cli, daemon
-
-    port = _free_port()
-    while not daemon.port_free(port - 1):
-        port = _free_port()
-    monkeypatch.setenv("DT_LOCALCLOUD_PORT", str(port))
-    server = ThreadingHTTPServer(("127.0.0.1", port - 1), daemon._Control)
-    server.daemon_state = {"ready": True}
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(cli, "_daemon_pid", lambda: 1)
-    yield cli
-    server.shutdown()
-    moto_compat.set_spot_capacity(None)
 
 
 def test_spot_capacity_command_reaches_the_daemon(control, capsys):

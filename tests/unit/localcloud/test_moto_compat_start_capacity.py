@@ -3,10 +3,6 @@ as EC2's does when it cannot place it (InsufficientInstanceCapacity, HTTP 500) a
 other instances start, and the armed one starts once disarmed. The daemon's control endpoint and
 `python -m localcloud no-start-capacity` arm and disarm it from outside."""
 
-import socket
-import threading
-from http.server import ThreadingHTTPServer
-
 import pytest
 from botocore.exceptions import ClientError
 
@@ -87,30 +83,6 @@ def test_set_refuses_what_is_not_a_list_of_instance_ids(value):
     with pytest.raises(ValueError, match="instance ids"):
         moto_compat.set_no_start_capacity(value)
     assert moto_compat.no_start_capacity() == ["i-keep"]
-    moto_compat.set_no_start_capacity([])
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def control(monkeypatch):
-    """The daemon's control endpoint alone, on free ports (no moto, no podman)."""
-    from localcloud import cli, daemon
-
-    port = _free_port()
-    while not daemon.port_free(port - 1):
-        port = _free_port()
-    monkeypatch.setenv("DT_LOCALCLOUD_PORT", str(port))
-    server = ThreadingHTTPServer(("127.0.0.1", port - 1), daemon._Control)
-    server.daemon_state = {"ready": True}
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(cli, "_daemon_pid", lambda: 1)
-    yield cli
-    server.shutdown()
     moto_compat.set_no_start_capacity([])
 
 

@@ -179,6 +179,17 @@ def test_in_place_add_and_remove_keep_the_survivors_and_write_no_checkpoint(tmp_
           % (add["pause_s"], add["bytes_moved"], add["transfer_s"], remove["pause_s"]))
 
 
+def _b_lost_and_recovered_in_place(efs):
+    """After worker B of A, B, M was lost: the DT log says so, no checkpoint was written for the recovery, and
+    one in-place regroup took the job to world 2. (the events, that regroup's resize_end)"""
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["FAILED", B]]
+    evs = events(efs)
+    assert not [e for e in evs if e["event"] in ("recovery_checkpoint", "recovery_unavailable")]
+    ends = resize_ends(efs)
+    assert len(ends) == 1 and ends[0]["mode"] == "in-place" and ends[0]["world"] == 2, ends
+    return evs, ends[0]
+
+
 def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_processes(
         tmp_path, torch_python, digits_npz):
     efs = str(tmp_path)
@@ -198,14 +209,9 @@ def test_in_place_a_killed_worker_is_recovered_by_the_survivors_in_their_process
         assert rc == 0, run.tail()
     finally:
         run.close()
-    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["FAILED", B]]
-    evs = events(efs)
-    assert not [e for e in evs if e["event"] in ("recovery_checkpoint", "recovery_unavailable")]
+    evs, end = _b_lost_and_recovered_in_place(efs)
     starts = [e for e in evs if e["event"] == "resize_start"]
-    ends = resize_ends(efs)
     assert len(starts) == 1 and starts[0]["recovered_from"] == "in-place", starts
-    assert len(ends) == 1 and ends[0]["mode"] == "in-place" and ends[0]["world"] == 2, ends
-    end = ends[0]
     assert end["pids"][M] in before[M] and end["pids"][A] in before[A], (end["pids"], before)
     assert end["recomputed_steps"] <= 1 and end["first_step"] == end["resume_step"] + 1
     assert end["transfer_overlapped"] is False
@@ -234,12 +240,7 @@ def test_a_worker_killed_after_the_gradient_exchange_costs_the_survivors_no_step
         assert rc == 0, run.tail()
     finally:
         run.close()
-    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", B], ["ADDED", M], ["FAILED", B]]
-    evs = events(efs)
-    assert not [e for e in evs if e["event"] in ("recovery_checkpoint", "recovery_unavailable")]
-    ends = resize_ends(efs)
-    assert len(ends) == 1 and ends[0]["mode"] == "in-place" and ends[0]["world"] == 2, ends
-    end = ends[0]
+    end = _b_lost_and_recovered_in_place(efs)[1]
     # the step B died in is committed by the survivors: they go on from the boundary after it, redo nothing
     assert end["resume_step"] == die + 1 and end["first_step"] == die + 2, end
     assert end["recomputed_steps"] == 0, end
