@@ -181,14 +181,14 @@ class _Control(BaseHTTPRequestHandler):
             return self._no_start_capacity()
         if self.path == "/quota":  # localcloud/quotas.py: set an EC2 vCPU quota
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                body = self._body()
             except ValueError as e:
                 return self._reply(400, {"error": "bad request: %s" % e})
             return self._reply(*quotas.handle_post(body))
         if self.path != "/interrupt":
             return self._reply(404, {"error": "not found"})
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            body = self._body()
             iid, after = body["instance_id"], float(body.get("after", 120))
         except (ValueError, KeyError) as e:
             return self._reply(400, {"error": "bad request: %s" % e})
@@ -200,7 +200,7 @@ class _Control(BaseHTTPRequestHandler):
     def _spot_capacity(self):
         """POST {"capacity": N|null|"unlimited"}: cap the pending/running spot instances."""
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            body = self._body()
             cap = moto_compat.set_spot_capacity(body.get("capacity"))
         except (ValueError, AttributeError) as e:
             return self._reply(400, {"error": "bad request: %s" % e})
@@ -210,12 +210,16 @@ class _Control(BaseHTTPRequestHandler):
     def _no_start_capacity(self):
         """POST {"instance_ids": [...]}: the stopped instances whose StartInstances EC2 refuses ([]: none)."""
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            body = self._body()
             ids = moto_compat.set_no_start_capacity(body.get("instance_ids") or [])
         except (ValueError, AttributeError) as e:
             return self._reply(400, {"error": "bad request: %s" % e})
         log.info("no start capacity for: %s", ", ".join(ids) or "none")
         self._reply(200, {"instance_ids": ids})
+
+    def _body(self):
+        """The request's JSON body ({} when empty); ValueError when it is not JSON."""
+        return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
 
     def log_message(self, fmt, *args):
         log.debug("control: " + fmt, *args)
