@@ -63,10 +63,15 @@ def _built(out):
     return any("changed: [" in run.split("\nTASK [")[0] for run in runs)
 
 
-def _ec2(env):
+def _cloud(env):
+    """A demo.Demo without a cluster of its own: its boto clients on the local cloud of ``env``."""
     job = demo.Demo.__new__(demo.Demo)
     job.env = env
-    return job.boto("ec2")
+    return job
+
+
+def _ec2(env):
+    return _cloud(env).boto("ec2")
 
 
 def _worker_template_image(env, cluster):
@@ -86,8 +91,7 @@ def _master_image(env, cluster):
 
 def _resources(env):
     """What a bootstrap creates, counted across the local cloud."""
-    job = demo.Demo.__new__(demo.Demo)
-    job.env = env
+    job = _cloud(env)
     ec2, efs, iam = job.boto("ec2"), job.boto("efs"), job.boto("iam")
     live = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
             if i["State"]["Name"] not in ("terminated", "shutting-down")]
