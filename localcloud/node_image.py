@@ -180,13 +180,15 @@ def configure_rootfs(root):
 
 
 def build(force=False):
-    for tool in ("podman", "runc", "debootstrap"):
+    for tool in ("podman", "runc"):
         podman.require(tool)
     digest = recipe_digest()
     have = image_recipe() if podman.image_exists() else None
     if have == digest and not force:
         _say("%s already exists (use --force to rebuild)" % config.IMAGE)
         return 0
+    # only a build needs it (/usr/sbin: not on every user's PATH, and not needed to reuse the image)
+    podman.require("debootstrap")
     if have is not None and have != digest:
         _say("%s was built from another recipe (%s, now %s): rebuilding" % (config.IMAGE, have or "none", digest))
     if os.geteuid() != 0:
