@@ -106,7 +106,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 base_id:
-  description: The base AMI (empty when none was found: the module fails then).
+  description: The base AMI.
   type: str
   returned: success
 root_device:
@@ -114,7 +114,7 @@ root_device:
   type: str
   returned: success
 recipe:
-  description: The recipe digest (empty when O(baked_ami_id) is given or O(use_baked) is false).
+  description: The recipe digest; empty when O(baked_ami_id) is given or O(use_baked) is false.
   type: str
   returned: success
 current_image_id:
@@ -214,12 +214,13 @@ def main():
             recipe = node_image_recipe.digest(node_image_recipe.recipe(
                 p["roles_dir"], p["recipe_roles"], p["wheelhouse_dir"], base["ImageId"], p["instance_type"],
                 p["engine"]))
-            baked = _images(client, Owners=["self"], Filters=[{"Name": "tag:" + p["image_tag"], "Values": [p["baked_name"]]},
-                                                              {"Name": "state", "Values": ["available"]}])
+            baked = _images(client, Owners=["self"],
+                            Filters=[{"Name": "tag:" + p["image_tag"], "Values": [p["baked_name"]]},
+                                     {"Name": "state", "Values": ["available"]}])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         module.fail_json_aws(e, msg="Could not look up the node images")
     image_id, current_id, is_baked, stale, stale_id = choose(baked, p["recipe_tag"], recipe, p["baked_ami_id"],
-                                                            base["ImageId"])
+                                                             base["ImageId"])
     module.exit_json(changed=False, base_id=base["ImageId"], root_device=base.get("RootDeviceName") or "/dev/xvda",
                      recipe=recipe, current_image_id=current_id, image_id=image_id, is_baked=is_baked, stale=stale,
                      stale_image_id=stale_id)
