@@ -39,7 +39,7 @@ def cloud(moto_endpoint):
     return moto_endpoint, ec2, ami
 
 
-def bake(tmp_path, endpoint, ami, auto):
+def bake(tmp_path, endpoint, ami, auto, *extra):
     with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
         settings = yaml.safe_load(handle)
     settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"),
@@ -52,7 +52,7 @@ def bake(tmp_path, endpoint, ami, auto):
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
     proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
                            os.path.join(ROOT, "playbooks", "bake_node_image.yml"), "-e", f"_dt_bake_auto={auto}",
-                           "-e", "fleet_ssh_wait_timeout=1"],
+                           "-e", "fleet_ssh_wait_timeout=1", *extra],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600, check=False)
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
@@ -85,6 +85,17 @@ def test_a_failed_bake_fails_bake_image(cloud, tmp_path):
     assert "The node image bake failed (" in out, out[-4000:]
     assert all(state in ("shutting-down", "terminated") for state in builders(ec2)), builders(ec2)
     assert images(ec2) == []
+
+
+def test_an_add_the_warm_pool_served_alone_does_not_look(cloud, tmp_path):
+    # add_workers passes _dt_bake_look=false when the pool gave every worker: nothing was launched from the
+    # templates, so the image is not looked up (one module run) and nothing is baked or said
+    endpoint, ec2, ami = cloud
+    before = len(builders(ec2))
+    rc, out = bake(tmp_path, endpoint, ami, "true", "-e", "_dt_bake_look=false")
+    assert rc == 0, out[-4000:]
+    assert "Look up the base AMI and the baked images" not in out and "No node image for this recipe" not in out
+    assert "Bake nothing" in out and len(builders(ec2)) == before, out[-4000:]
 
 
 def _roles_reached(path, seen=None):
