@@ -227,14 +227,19 @@ def test_the_engine_taken_is_checked_before_anything_is_launched(tmp_path, inven
 
 # -- the training script's arguments: the list the launcher gets -------------------------------------
 def launcher_script_args_expression():
-    """train.yml's launcher_script_args, as written there (the task that brings the launcher up)."""
+    """The launcher_script_args train.yml gives the launcher: the node mapping's (playbooks/vars/nodes.yml, a
+    vars_files of the play that brings the launcher up), which no include of the launcher re-maps."""
     with open(os.path.join(ROOT, "playbooks", "train.yml")) as handle:
         plays = yaml.safe_load(handle)
-    found = [task["vars"]["launcher_script_args"] for play in plays for task in play.get("tasks", [])
-             if task.get("ansible.builtin.include_role", {}).get("name") == "dynatrain.elastic.launcher"
-             and "launcher_script_args" in task.get("vars", {})]
-    assert len(found) == 1, found
-    return found[0]
+    up = [play for play in plays for task in play.get("tasks", [])
+          if task.get("ansible.builtin.include_role", {}).get("name") == "dynatrain.elastic.launcher"
+          and "tasks_from" not in task["ansible.builtin.include_role"]]
+    assert len(up) == 1 and up[0].get("vars_files") == ["vars/nodes.yml"], up
+    remapped = [task["name"] for play in plays for task in play.get("tasks", [])
+                if "launcher_script_args" in task.get("vars", {})]
+    assert remapped == [], remapped
+    with open(os.path.join(ROOT, "playbooks", "vars", "nodes.yml")) as handle:
+        return yaml.safe_load(handle)["launcher_script_args"]
 
 
 @pytest.mark.parametrize("extra, expected", [
