@@ -121,7 +121,31 @@ def slowest_tasks(log, top=4):
     return sorted(rows, reverse=True)[:top]
 
 
-def run_card(d, column, out):
+def each_cluster(args, names, run, env=None):
+    """Start the local cloud, then for each name one cluster (``<--cluster>-<name>``, training a long job)
+    that ``run(d, name, out, results)`` drives, filling ``out``; torn down after it (the last kept with
+    --keep). A failure is said and the next name still runs. Returns ({name: out}, [failures])."""
+    subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True)
+    results, failed = {}, []
+    for i, name in enumerate(names):
+        d = demo.Demo(argparse.Namespace(cluster="%s-%s" % (args.cluster, name.replace("+", "-")),
+                                         subnet=args.subnet, json=True,
+                                         train_args=["--epochs", "100000", "--step-sleep", "0.5"]))
+        d.env = dict(private_inventory(demo.localcloud_env()), **(env or {}))
+        results[name] = {}
+        try:
+            run(d, name, results[name], results)
+        # the other names and the table still come
+        except Exception as e:  # pylint: disable=broad-except
+            failed.append("%s: %s" % (name, e))
+            print("%s failed: %s" % (name, e), flush=True)
+        finally:
+            if not (args.keep and i == len(names) - 1):
+                d.playbook("teardown", {}, check=False)
+    return results, failed
+
+
+def run_card(d, column, out, _results=None):
     """The card's flow for one column (CARD_COLUMNS), filling ``out`` as it goes."""
     settings = dict(CARD_COLUMNS[column])
     log = os.path.join(d.logdir, "%s-%%s.log" % d.args.cluster)
@@ -175,24 +199,9 @@ def card_table(results):
 def main_card(args):
     """--flow card: the columns of CARD_COLUMNS (or --modes) in one sitting, one table."""
     columns = args.modes.split(",") if args.modes != "plain,baked,pool" else list(CARD_COLUMNS)
-    subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True)
-    results, failed = {}, []
-    for i, column in enumerate(columns):
-        d = demo.Demo(argparse.Namespace(cluster="%s-%s" % (args.cluster, column.replace("+", "-")),
-                                         subnet=args.subnet, json=True,
-                                         train_args=["--epochs", "100000", "--step-sleep", "0.5"]))
-        d.env = dict(private_inventory(demo.localcloud_env()),
-                     ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="all")
-        results[column] = {}
-        try:
-            run_card(d, column, results[column])
-        # the other columns and the table still come
-        except Exception as e:  # pylint: disable=broad-except
-            failed.append("%s: %s" % (column, e))
-            print("%s failed: %s" % (column, e), flush=True)
-        finally:
-            if not (args.keep and i == len(columns) - 1):
-                d.playbook("teardown", {}, check=False)
+    results, failed = each_cluster(args, columns, run_card,
+                                   {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+                                    "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all"})
     print()
     print(card_table(results))
     for why in failed:
@@ -246,24 +255,12 @@ def main(argv=None):
     counts = [int(c) for c in args.counts.split(",")]
     modes = args.modes.split(",")
 
-    subprocess.run([sys.executable, "-m", "localcloud", "up"], cwd=ROOT, check=True)
-    results, failed = {}, []
-    for i, mode in enumerate(modes):
-        d = demo.Demo(argparse.Namespace(cluster="%s-%s" % (args.cluster, mode), subnet=args.subnet, json=True,
-                                         train_args=["--epochs", "100000", "--step-sleep", "0.5"]))
-        d.env = private_inventory(demo.localcloud_env())
-        results[mode] = {}
-        try:
-            if mode in ("baked", "pool") and not any("bake" in r for r in results.values()):
-                results[mode]["bake"] = timed("bake_image", d.playbook, "bake_image", {})
-            run_mode(d, mode, counts, args.max_workers, results[mode])
-        # the other modes and the table still come
-        except Exception as e:  # pylint: disable=broad-except
-            failed.append("%s: %s" % (mode, e))
-            print("%s failed: %s" % (mode, e), flush=True)
-        finally:
-            if not (args.keep and i == len(modes) - 1):
-                d.playbook("teardown", {}, check=False)
+    def one_mode(d, mode, out, results):
+        if mode in ("baked", "pool") and not any("bake" in r for r in results.values()):
+            out["bake"] = timed("bake_image", d.playbook, "bake_image", {})
+        run_mode(d, mode, counts, args.max_workers, out)
+
+    results, failed = each_cluster(args, modes, one_mode)
     print()
     print(table(results, counts))
     base = results.get("baked") or results.get(modes[-1])
