@@ -146,6 +146,8 @@ from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleA
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 from ansible_collections.amazon.aws.plugins.module_utils.tagging import boto3_tag_list_to_ansible_dict
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
+
 
 def describe(client, **kwargs):
     """The instances of a DescribeInstances call (all pages)."""
@@ -301,39 +303,43 @@ class Take:
         return ([found[iid] for iid in ids if iid in running], [iid for iid in ids if iid in pending])
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            instances=dict(type="list", elements="str", required=True),
-            token_tag=dict(type="str", required=True, no_log=False),
-            token=dict(type="str", required=True, no_log=False),
-            tags=dict(type="dict", default={}),
-            stamp=dict(type="str"),
-            pool_tags=dict(type="dict", default={}),
-            runtime_tag=dict(type="str"),
-            runtime=dict(type="str"),
-            wait_timeout=dict(type="int", default=150),
-            poll=dict(type="float", default=1.0),
-            stopped_polls=dict(type="int", default=5),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+ARGUMENT_SPEC = dict(
+    instances=dict(type="list", elements="str", required=True),
+    token_tag=dict(type="str", required=True, no_log=False),
+    token=dict(type="str", required=True, no_log=False),
+    tags=dict(type="dict", default={}),
+    stamp=dict(type="str"),
+    pool_tags=dict(type="dict", default={}),
+    runtime_tag=dict(type="str"),
+    runtime=dict(type="str"),
+    wait_timeout=dict(type="int", default=150),
+    poll=dict(type="float", default=1.0),
+    stopped_polls=dict(type="int", default=5),
+)
+
+
+def run(api, params, check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin."""
+    p = params
     picks = list(dict.fromkeys(p["instances"]))
     if not picks:
-        module.exit_json(changed=False, instances=[], not_started=[], lost=[], returned={}, stale={})
-    if module.check_mode:
-        module.exit_json(changed=True, instances=[], not_started=[], lost=[], returned={}, stale={})
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+        return dict(changed=False, instances=[], not_started=[], lost=[], returned={}, stale={})
+    if check_mode:
+        return dict(changed=True, instances=[], not_started=[], lost=[], returned={}, stale={})
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     take = Take(client, p["token_tag"], p["token"], p["tags"], p["stamp"], p["pool_tags"], p["runtime_tag"],
                 p["runtime"])
     try:
         won = take.start(take.confirm(take.claim(take.pick(picks))))
         running, pending = take.wait(won, p["wait_timeout"], p["poll"], p["stopped_polls"])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not take %s from the warm pool" % ", ".join(picks))
-    module.exit_json(changed=bool(take.before), instances=[as_info(i) for i in running], not_started=pending,
-                     lost=take.lost, returned=take.returned, stale=take.stale)
+        raise TaskFailed("Could not take %s from the warm pool" % ", ".join(picks), exception=e) from e
+    return dict(changed=bool(take.before), instances=[as_info(i) for i in running], not_started=pending,
+                lost=take.lost, returned=take.returned, stale=take.stale)
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
+
 BATCH = 1000  # CreateTags takes at most this many resources
 
 
@@ -94,30 +96,34 @@ def to_change(found, tags):
     return [r for r, have in found.items() if any(have.get(k) != v for k, v in tags.items())]
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            resources=dict(type="list", elements="str", required=True),
-            tags=dict(type="dict", required=True),
-            stamp=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    resources = list(dict.fromkeys(module.params["resources"]))
-    tags = {str(k): "" if v is None else str(v) for k, v in module.params["tags"].items()}
+ARGUMENT_SPEC = dict(
+    resources=dict(type="list", elements="str", required=True),
+    tags=dict(type="dict", required=True),
+    stamp=dict(type="str"),
+)
+
+
+def run(api, params, check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin."""
+    resources = list(dict.fromkeys(params["resources"]))
+    tags = {str(k): "" if v is None else str(v) for k, v in params["tags"].items()}
     if not resources or not tags:
-        module.exit_json(changed=False, changed_resources=[])
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+        return dict(changed=False, changed_resources=[])
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
         todo = to_change(current_tags(client, resources), tags)
-        stamped = dict(tags, **({module.params["stamp"]: str(int(time.time()))} if module.params["stamp"] else {}))
-        if todo and not module.check_mode:
+        stamped = dict(tags, **({params["stamp"]: str(int(time.time()))} if params["stamp"] else {}))
+        if todo and not check_mode:
             for i in range(0, len(todo), BATCH):
                 client.create_tags(Resources=todo[i:i + BATCH], Tags=[{"Key": k, "Value": v} for k, v in stamped.items()],
                                    aws_retry=True)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not tag %s" % ", ".join(resources))
-    module.exit_json(changed=bool(todo), changed_resources=todo)
+        raise TaskFailed("Could not tag %s" % ", ".join(resources), exception=e) from e
+    return dict(changed=bool(todo), changed_resources=todo)
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

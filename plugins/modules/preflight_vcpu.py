@@ -127,6 +127,7 @@ from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleA
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils import tags as cluster_tags
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
 from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import (
     VCPU_QUOTAS,
     vcpu_class,
@@ -194,47 +195,47 @@ def read_quota(quotas_client, code):
         return None, f"quota {code} could not be read ({e}); grant servicequotas:GetServiceQuota to check it"
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            requests=dict(type="list", elements="dict", required=True, options=dict(
-                instance_type=dict(type="str", required=True),
-                count=dict(type="int", required=True),
-                market=dict(type="str", choices=["on-demand", "spot"], default="on-demand"),
-                setting=dict(type="str", default="instance type"),
-                pool=dict(type="bool", default=False),
-            )),
-            cluster=dict(type="str", default=""),
-            identity=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    requests=dict(type="list", elements="dict", required=True, options=dict(
+        instance_type=dict(type="str", required=True),
+        count=dict(type="int", required=True),
+        market=dict(type="str", choices=["on-demand", "spot"], default="on-demand"),
+        setting=dict(type="str", default="instance type"),
+        pool=dict(type="bool", default=False),
+    )),
+    cluster=dict(type="str", default=""),
+    identity=dict(type="bool", default=False),
+)
+
+
+def run(api, params, _check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin. Read-only."""
     found = {}
-    if module.params["identity"]:
+    if params["identity"]:
         try:
-            sts = module.client("sts", retry_decorator=AWSRetry.jittered_backoff())
+            sts = api.client("sts", retry_decorator=AWSRetry.jittered_backoff())
             caller = sts.get_caller_identity(aws_retry=True)
             found = dict(account=caller["Account"], arn=caller["Arn"], identity_error=None)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            module.exit_json(changed=False, checked=[], unchecked=[], account=None, arn=None,
-                             identity_error=f"Failed to retrieve caller identity: {e}")
-    ec2 = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+            return dict(changed=False, checked=[], unchecked=[], account=None, arn=None,
+                        identity_error=f"Failed to retrieve caller identity: {e}")
+    ec2 = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
-        running, pool = read_running(ec2, module.params["cluster"])
+        running, pool = read_running(ec2, params["cluster"])
         # the pool's workers that exist are not launched again
         requests = [r for r in (dict(r, count=max(r["count"] - pool, 0)) if r["pool"] else r
-                                for r in module.params["requests"]) if r["count"] > 0]
+                                for r in params["requests"]) if r["count"] > 0]
         vcpus = read_vcpus(ec2, [r["instance_type"] for r in requests] + [i["instance_type"] for i in running])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not read the instances / instance types")
+        raise TaskFailed("Could not read the instances / instance types", exception=e) from e
     # A type EC2 does not know: not checked here. preflight's zone check, which follows, says that no
     # zone offers it (add_workers launches the type of the cluster's launch template).
     unknown = sorted({r["instance_type"] for r in requests} - set(vcpus))
     requests = [r for r in requests if r["instance_type"] in vcpus]
-    unchecked = [f"{t}: EC2 knows no such instance type in {module.region}" for t in unknown]
+    unchecked = [f"{t}: EC2 knows no such instance type in {api.region}" for t in unknown]
     unchecked += [f"{r['instance_type']}: its class has no vCPU quota checked here"
                   for r in requests if vcpu_class(r["instance_type"]) is None]
-    quotas_client = module.client("service-quotas", retry_decorator=AWSRetry.jittered_backoff())
+    quotas_client = api.client("service-quotas", retry_decorator=AWSRetry.jittered_backoff())
     checked, problems = [], []
     for (klass, market), need in sorted(vcpu_needs(requests, vcpus, running).items()):
         code = VCPU_QUOTAS[klass][market]
@@ -243,13 +244,16 @@ def main():
             unchecked.append(why)
             continue
         checked.append(dict(code=code, quota=quota, requested=need["requested"], running=need["running"]))
-        problem = vcpu_problem(klass, market, need, quota, module.region or "")
+        problem = vcpu_problem(klass, market, need, quota, api.region or "")
         if problem:
             problems.append(problem)
     if problems:
-        module.fail_json(msg=" ".join(problems) + " Nothing was created.", checked=checked, unchecked=unchecked,
-                         **found)
-    module.exit_json(changed=False, checked=checked, unchecked=unchecked, **found)
+        raise TaskFailed(" ".join(problems) + " Nothing was created.", checked=checked, unchecked=unchecked, **found)
+    return dict(changed=False, checked=checked, unchecked=unchecked, **found)
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":
