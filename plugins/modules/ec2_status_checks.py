@@ -100,6 +100,8 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
+
 
 def summarize(statuses, order):
     """The module's instances, in ``order``, from DescribeInstanceStatus' InstanceStatuses. Pure."""
@@ -124,25 +126,31 @@ def read(client, ids):
     return summarize(pages.build_full_result().get("InstanceStatuses", []), ids)
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(instance_ids=dict(type="list", elements="str", required=True),
-                           wait_impaired=dict(type="int", default=0)),
-        supports_check_mode=True,
-    )
-    ids = list(dict.fromkeys(module.params["instance_ids"]))
+ARGUMENT_SPEC = dict(
+    instance_ids=dict(type="list", elements="str", required=True),
+    wait_impaired=dict(type="int", default=0),
+)
+
+
+def run(api, params, _check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin. Read-only."""
+    ids = list(dict.fromkeys(params["instance_ids"]))
     if not ids:
-        module.exit_json(changed=False, instances=[], impaired=[])
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
-    deadline = time.monotonic() + max(0, module.params["wait_impaired"])
+        return dict(changed=False, instances=[], impaired=[])
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+    deadline = time.monotonic() + max(0, params["wait_impaired"])
     try:
         instances = read(client, ids)
         while not all(i["impaired"] for i in instances) and time.monotonic() < deadline:
             time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
             instances = read(client, ids)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not read the status checks of %s" % ", ".join(ids))
-    module.exit_json(changed=False, instances=instances, impaired=[i["instance_id"] for i in instances if i["impaired"]])
+        raise TaskFailed("Could not read the status checks of %s" % ", ".join(ids), exception=e) from e
+    return dict(changed=False, instances=instances, impaired=[i["instance_id"] for i in instances if i["impaired"]])
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

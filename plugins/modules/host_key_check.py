@@ -92,6 +92,7 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
 from ansible_collections.dynatrain.elastic.plugins.module_utils.console_host_keys import console_fingerprints, verdict
 
 
@@ -100,34 +101,34 @@ def console_text(client, instance_id):
     return client.get_console_output(InstanceId=instance_id, aws_retry=True).get("Output") or ""
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            nodes=dict(type="list", elements="dict", required=True, options=dict(
-                instance_id=dict(type="str", required=True),
-                address=dict(type="str", default=""),
-                key=dict(type="str", required=True, no_log=False),
-            )),
-            require_console=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+ARGUMENT_SPEC = dict(
+    nodes=dict(type="list", elements="dict", required=True, options=dict(
+        instance_id=dict(type="str", required=True),
+        address=dict(type="str", default=""),
+        key=dict(type="str", required=True, no_log=False),
+    )),
+    require_console=dict(type="bool", default=False),
+)
+
+
+def run(api, params, _check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin. Read-only."""
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     sources, fingerprints, problems = {}, {}, []
-    for node in module.params["nodes"]:
+    for node in params["nodes"]:
         iid, addr = node["instance_id"], node["address"] or node["instance_id"]
         try:
             text = console_text(client, iid)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            module.fail_json_aws(e, msg="Could not read the console output of %s (%s)" % (iid, addr))
+            raise TaskFailed("Could not read the console output of %s (%s)" % (iid, addr), exception=e) from e
         try:
             result, fp = verdict(node["key"], text)
         except ValueError as e:
-            module.fail_json(msg="%s (%s): %s" % (iid, addr, e))
+            raise TaskFailed("%s (%s): %s" % (iid, addr, e)) from e
         fingerprints[iid] = fp
         if result == "console":
             sources[iid] = "console"
-        elif result == "none" and not module.params["require_console"]:
+        elif result == "none" and not params["require_console"]:
             sources[iid] = "first-use"
         elif result == "none":
             problems.append("%s (%s): its console lists no host key fingerprint yet; wait for cloud-init to print "
@@ -138,9 +139,12 @@ def main():
                             "network path and the instance, then run again"
                             % (iid, addr, fp, ", ".join(sorted(console_fingerprints(text)))))
     if problems:
-        module.fail_json(msg="Refusing to pin host keys: " + "; ".join(problems), sources=sources,
-                         fingerprints=fingerprints)
-    module.exit_json(changed=False, sources=sources, fingerprints=fingerprints)
+        raise TaskFailed("Refusing to pin host keys: " + "; ".join(problems), sources=sources, fingerprints=fingerprints)
+    return dict(changed=False, sources=sources, fingerprints=fingerprints)
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

@@ -147,7 +147,9 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 from ansible_collections.amazon.aws.plugins.module_utils.tagging import boto3_tag_list_to_ansible_dict
+
 from ansible_collections.dynatrain.elastic.plugins.module_utils import node_image_recipe
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
 
 
 def _images(client, **kwargs):
@@ -181,34 +183,34 @@ def choose(baked_images, recipe_tag, recipe, baked_ami_id, base_id):
             baked_images[-1]["ImageId"] if stale else "")
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            ami_id=dict(type="str", default=""),
-            ami_name=dict(type="str", default="debian-12-amd64-*"),
-            ami_owner=dict(type="str", default="136693071363"),
-            use_baked=dict(type="bool", default=True),
-            baked_ami_id=dict(type="str", default=""),
-            baked_name=dict(type="str", default="dynatrain-node"),
-            image_tag=dict(type="str", required=True),
-            recipe_tag=dict(type="str", required=True),
-            roles_dir=dict(type="path", required=True),
-            recipe_roles=dict(type="list", elements="str", required=True),
-            wheelhouse_dir=dict(type="str", default=""),
-            instance_type=dict(type="str", required=True),
-            engine=dict(type="str", required=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+ARGUMENT_SPEC = dict(
+    ami_id=dict(type="str", default=""),
+    ami_name=dict(type="str", default="debian-12-amd64-*"),
+    ami_owner=dict(type="str", default="136693071363"),
+    use_baked=dict(type="bool", default=True),
+    baked_ami_id=dict(type="str", default=""),
+    baked_name=dict(type="str", default="dynatrain-node"),
+    image_tag=dict(type="str", required=True),
+    recipe_tag=dict(type="str", required=True),
+    roles_dir=dict(type="path", required=True),
+    recipe_roles=dict(type="list", elements="str", required=True),
+    wheelhouse_dir=dict(type="str", default=""),
+    instance_type=dict(type="str", required=True),
+    engine=dict(type="str", required=True),
+)
+
+
+def run(api, params, _check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin. Read-only."""
+    p = params
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
         base = base_image(client, p["ami_id"], p["ami_name"], p["ami_owner"])
         if not base:
-            module.fail_json(msg="%s in %s: set dt_ami_id, or dt_ami_name/dt_ami_owner (on the local cloud run "
-                                 "`python -m localcloud up` first)."
+            raise TaskFailed("%s in %s: set dt_ami_id, or dt_ami_name/dt_ami_owner (on the local cloud run "
+                             "`python -m localcloud up` first)."
                              % (("No available AMI " + p["ami_id"]) if p["ami_id"] else
-                                ("No AMI named %s owned by %s" % (p["ami_name"], p["ami_owner"])), module.region))
+                                ("No AMI named %s owned by %s" % (p["ami_name"], p["ami_owner"])), api.region))
         recipe, baked = "", []
         if p["use_baked"] and not p["baked_ami_id"]:
             recipe = node_image_recipe.digest(node_image_recipe.recipe(
@@ -218,12 +220,16 @@ def main():
                             Filters=[{"Name": "tag:" + p["image_tag"], "Values": [p["baked_name"]]},
                                      {"Name": "state", "Values": ["available"]}])
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not look up the node images")
+        raise TaskFailed("Could not look up the node images", exception=e) from e
     image_id, current_id, is_baked, stale, stale_id = choose(baked, p["recipe_tag"], recipe, p["baked_ami_id"],
                                                              base["ImageId"])
-    module.exit_json(changed=False, base_id=base["ImageId"], root_device=base.get("RootDeviceName") or "/dev/xvda",
-                     recipe=recipe, current_image_id=current_id, image_id=image_id, is_baked=is_baked, stale=stale,
-                     stale_image_id=stale_id)
+    return dict(changed=False, base_id=base["ImageId"], root_device=base.get("RootDeviceName") or "/dev/xvda",
+                recipe=recipe, current_image_id=current_id, image_id=image_id, is_baked=is_baked, stale=stale,
+                stale_image_id=stale_id)
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ except ImportError:
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
 from ansible_collections.dynatrain.elastic.plugins.module_utils.preflight import choose_az
 
 
@@ -106,33 +107,37 @@ def read_offerings(client, instance_types):
     return offerings, [z["ZoneName"] for z in zones]
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            instance_types=dict(type="list", elements="str", required=True),
-            availability_zone=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
-    types = [t for t in module.params["instance_types"] if t]
+ARGUMENT_SPEC = dict(
+    instance_types=dict(type="list", elements="str", required=True),
+    availability_zone=dict(type="str", default=""),
+)
+
+
+def run(api, params, _check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin. Read-only."""
+    types = [t for t in params["instance_types"] if t]
     if not types:
-        module.fail_json(msg="instance_types is empty: give the cluster's instance types.")
-    client = module.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
+        raise TaskFailed("instance_types is empty: give the cluster's instance types.")
+    client = api.client("ec2", retry_decorator=AWSRetry.jittered_backoff())
     try:
         offerings, zones = read_offerings(client, types)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-        module.fail_json_aws(e, msg="Could not read the availability zones / instance type offerings")
-    region = module.region or ""
+        raise TaskFailed("Could not read the availability zones / instance type offerings", exception=e) from e
+    region = api.region or ""
     try:
-        zone = choose_az(offerings, types, zones, module.params["availability_zone"] or "", region)
+        zone = choose_az(offerings, types, zones, params["availability_zone"] or "", region)
     except ValueError as e:
-        module.fail_json(msg=str(e), offerings={t: sorted(z) for t, z in offerings.items()}, zones=sorted(zones))
-    module.exit_json(
+        raise TaskFailed(str(e), offerings={t: sorted(z) for t, z in offerings.items()}, zones=sorted(zones)) from e
+    return dict(
         changed=False,
         availability_zone=zone,
         zones=sorted(zones),
         offerings={t: sorted(z) for t, z in offerings.items()},
     )
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,8 @@ from ansible_collections.amazon.aws.plugins.module_utils.botocore import is_boto
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 
+from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
+
 BATCH = 1000  # DeleteObjects takes at most 1000 keys
 
 
@@ -120,48 +122,52 @@ def delete(client, bucket, found):
     return errors
 
 
-def main():
-    module = AnsibleAWSModule(
-        argument_spec=dict(
-            bucket=dict(type="str", required=True),
-            prefix=dict(type="str", required=True),
-            delete_bucket=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
-    bucket, prefix = module.params["bucket"], module.params["prefix"]
+ARGUMENT_SPEC = dict(
+    bucket=dict(type="str", required=True),
+    prefix=dict(type="str", required=True),
+    delete_bucket=dict(type="bool", default=False),
+)
+
+
+def run(api, params, check_mode):
+    """The module's work (module_utils/aws_task.py): api is the module or its action plugin."""
+    bucket, prefix = params["bucket"], params["prefix"]
     if not prefix.endswith("/") or prefix.strip("/") == "":
-        module.fail_json(msg="prefix=%r must name a directory ending with '/', not the whole bucket" % prefix)
-    client = module.client("s3", retry_decorator=AWSRetry.jittered_backoff())
+        raise TaskFailed("prefix=%r must name a directory ending with '/', not the whole bucket" % prefix)
+    client = api.client("s3", retry_decorator=AWSRetry.jittered_backoff())
     result = dict(changed=False, deleted=0, keys=[], bucket_deleted=False, bucket_left=False)
     try:
         found = versions(client, bucket, prefix)
     except is_boto3_error_code("NoSuchBucket"):
-        module.exit_json(**result)
+        return result
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:  # pylint: disable=duplicate-except
-        module.fail_json_aws(e, msg="Could not list the versions under s3://%s/%s" % (bucket, prefix))
+        raise TaskFailed("Could not list the versions under s3://%s/%s" % (bucket, prefix), exception=e) from e
     result.update(changed=bool(found), deleted=len(found), keys=sorted({key for key, _version in found}))
-    if found and not module.check_mode:
+    if found and not check_mode:
         try:
             errors = delete(client, bucket, found)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
-            module.fail_json_aws(e, msg="Could not delete the versions under s3://%s/%s" % (bucket, prefix))
+            raise TaskFailed("Could not delete the versions under s3://%s/%s" % (bucket, prefix), exception=e) from e
         if errors:
-            module.fail_json(msg="Could not delete %d of the %d versions under s3://%s/%s, e.g. %s: %s"
+            raise TaskFailed("Could not delete %d of the %d versions under s3://%s/%s, e.g. %s: %s"
                              % (len(errors), len(found), bucket, prefix, errors[0].get("Key"),
                                 errors[0].get("Message") or errors[0].get("Code")), **result)
-    if not module.params["delete_bucket"]:
-        module.exit_json(**result)
+    if not params["delete_bucket"]:
+        return result
     try:
-        left = anything_left(client, bucket, prefix if module.check_mode else None)
-        if not left and not module.check_mode:
+        left = anything_left(client, bucket, prefix if check_mode else None)
+        if not left and not check_mode:
             client.delete_bucket(Bucket=bucket, aws_retry=True)
     except is_boto3_error_code("BucketNotEmpty"):  # written to since we looked: it stays
         left = True
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:  # pylint: disable=duplicate-except
-        module.fail_json_aws(e, msg="Could not delete the bucket %s" % bucket, **result)
+        raise TaskFailed("Could not delete the bucket %s" % bucket, exception=e, **result) from e
     result.update(bucket_left=left, bucket_deleted=not left, changed=result["changed"] or not left)
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    run_module(AnsibleAWSModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True), run)
 
 
 if __name__ == "__main__":

@@ -121,3 +121,21 @@ def test_no_region_says_so(tmp_path, ec2, instance):
     rc, out, log = play(tmp_path, {"dynatrain.elastic.ec2_tags": {
         "resources": [instance], "tags": {"e": "5"}, "endpoint_url": ec2.endpoint}})
     assert out["failed"] is True and "requires a region" in out["msg"], log[-3000:]
+
+
+def test_the_other_aws_modules_run_as_actions_too(tmp_path, ec2, instance):
+    """Each AWS module of the collection has its action (plugins/action/<module>.py): read-only ones here."""
+    where = {"region": "eu-west-1", "endpoint_url": ec2.endpoint}
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.ec2_status_checks": dict(where, instance_ids=[instance])})
+    assert rc == 0 and not out.get("failed"), log[-3000:]
+    assert [i["instance_id"] for i in out["instances"]] == [instance] and out["impaired"] == []
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIXvtQ4r0J2Jb1J7Q6s3QZkq9fYyq6p2J0Sg7w6l0w2x"
+    node = {"instance_id": instance, "address": "10.0.0.9", "key": key}
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.host_key_check": dict(where, nodes=[node])})
+    assert rc == 0 and out["sources"] == {instance: "first-use"}, log[-3000:]  # moto's console prints no keys
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.host_key_check": dict(where, nodes=[node], require_console=True)})
+    assert out["failed"] is True and out["msg"].startswith("Refusing to pin host keys: " + instance), log[-3000:]
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.preflight_az": dict(where, instance_types=["c5.xlarge"])})
+    assert rc == 0 and out["availability_zone"].startswith("eu-west-1"), log[-3000:]
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.preflight_az": dict(where, instance_types=[""])})
+    assert out["failed"] is True and "instance_types is empty" in out["msg"], log[-3000:]
