@@ -54,7 +54,7 @@ def inventory(tmp_path, endpoint, ids):
               "ansible_python_interpreter": str(tmp_path / "no-python")}
     doc = {"all": {"vars": settings, "hosts": {"localhost": local}, "children": {
         "dt_this_master": {"hosts": {MASTER: dict(local, dt_private_ip=MASTER)}},
-        "dt_new_workers": {"hosts": {ip: dict(broken, dt_private_ip=ip, dt_new_instance_id=iid) for ip, iid in zip(NEW, ids)}},
+        "dt_new_workers": {"hosts": {ip: dict(broken, dt_private_ip=ip, new_instance_id=iid) for ip, iid in zip(NEW, ids)}},
     }}}
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump(doc))

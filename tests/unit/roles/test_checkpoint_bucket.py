@@ -258,7 +258,7 @@ def test_name_takes_the_callers_identity_from_the_play_and_reads_it_only_without
     rc, out = _play(tmp_path, cloud, "name.yml",
                     checkpoint_bucket_caller={"account": ACCOUNT, "arn": "arn:aws:iam::%s:user/admin" % ACCOUNT})
     assert rc == 0, out[-3000:]
-    assert _sts_reads(cloud) == before                    # preflight's dt_caller: no STS call of its own
+    assert _sts_reads(cloud) == before                    # preflight's aws_caller_identity: no STS call of its own
     rc, out = _play(tmp_path, cloud, "name.yml")
     assert rc == 0, out[-3000:]
     assert _sts_reads(cloud) == before + 1                # alone, the role reads it
