@@ -25,9 +25,12 @@ parser.add_argument("--checkpoint-every")
 parser.add_argument("script_args", nargs=argparse.REMAINDER)
 args = parser.parse_args()
 
-with open(os.path.join(args.efs_mount, "launcher_args.json"), "w") as f:
+# Written aside and renamed: the verify polls this record and must never read it half-written.
+record = os.path.join(args.efs_mount, "launcher_args.json")
+with open(record + ".tmp", "w") as f:
     json.dump({"argv": sys.argv[1:], "pid": os.getpid(), "home": os.environ.get("HOME"),
                "efs_env": os.environ.get("EFS_MOUNT")}, f)
+os.replace(record + ".tmp", record)
 script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
 child = subprocess.Popen([args.python, args.script] + script_args)
 
