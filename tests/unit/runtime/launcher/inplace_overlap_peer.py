@@ -9,14 +9,13 @@ import sys
 import types
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from dynatrain_runtime.engines.torch import TorchEngine
 from dynatrain_runtime.engines.torch_inplace import settle
 from dynatrain_runtime.script.data import plan_step
 from dynatrain_runtime.script.inplace import InPlaceWorker
-from inplace_group import HEADER, STEP, WORLD, digest, join
+from inplace_group import HEADER, STEP, WORLD, digest, join, leave
 
 rank, port, want = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] != "0"
 BATCH = 12
@@ -48,4 +47,4 @@ print(json.dumps({"mean_ok": mean_ok, "rank": rank, "meta": meta, "stats": done.
                   "after": digest(engine)[0], "indices": indices, "weights": weights, "global_size": global_size,
                   "healing": sorted(healing_ranks), "lr": opt.param_groups[0]["lr"]}),
       flush=True)
-dist.destroy_process_group()
+leave(engine)

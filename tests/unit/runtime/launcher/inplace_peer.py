@@ -4,14 +4,13 @@ Prints one JSON line: the stats and a digest of the state after the transfer."""
 import json
 import sys
 
-import torch.distributed as dist
 
 from dynatrain_runtime.engines.torch_inplace import settle
-from inplace_group import HEADER, STEP, digest, join
+from inplace_group import HEADER, STEP, digest, join, leave
 
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 engine = join(rank, port)
 meta, stats, _healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER)
 value, count = digest(engine)
 print(json.dumps({"rank": rank, "meta": meta, "stats": stats, "digest": value, "tensors": count}), flush=True)
-dist.destroy_process_group()
+leave(engine)
