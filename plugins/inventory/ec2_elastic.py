@@ -249,6 +249,7 @@ from ansible_collections.amazon.aws.plugins.module_utils.botocore import HAS_BOT
 from ansible_collections.amazon.aws.plugins.plugin_utils.inventory import AWSInventoryBase
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils import tags as cluster_tags
+from ansible_collections.dynatrain.elastic.plugins.plugin_utils.aws_client import SharedLoaderClient
 
 display = Display()
 
@@ -638,9 +639,10 @@ class _Plan:
     strict: bool
 
 
-class InventoryModule(AWSInventoryBase):
+class InventoryModule(AWSInventoryBase, SharedLoaderClient):
     """amazon.aws's AWSInventoryBase gives the AWS options, credentials, clients, assume-role,
-    the default region and the cache helpers; this class adds the dt_* query and inventory."""
+    the default region and the cache helpers; this class adds the dt_* query and inventory. Its clients are made
+    on the process's one botocore loader (SharedLoaderClient), which every task's fork inherits."""
 
     NAME = "dynatrain.elastic.ec2_elastic"
     INVENTORY_FILE_SUFFIXES = ("ec2_elastic.yml", "ec2_elastic.yaml")

@@ -140,26 +140,12 @@ try:
 except ImportError:
     pass  # handled by AnsibleAWSModule
 
-from ansible.module_utils.common.dict_transformations import camel_dict_to_snake_dict
-
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
 from ansible_collections.amazon.aws.plugins.module_utils.tagging import boto3_tag_list_to_ansible_dict
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
-
-
-def describe(client, **kwargs):
-    """The instances of a DescribeInstances call (all pages)."""
-    pages = client.get_paginator("describe_instances").paginate(**kwargs).build_full_result()
-    return [i for r in pages.get("Reservations", []) for i in r.get("Instances", [])]
-
-
-def as_info(instance):
-    """An instance as ec2_instance_info returns it (snake_case keys, tags as a dict)."""
-    snaked = camel_dict_to_snake_dict(instance)
-    snaked["tags"] = boto3_tag_list_to_ansible_dict(snaked.get("tags", []), "key", "value")
-    return snaked
+from ansible_collections.dynatrain.elastic.plugins.module_utils.ec2_instances import as_info, describe
 
 
 def settle(states, stopped_seen, stopped_polls):

@@ -9,20 +9,22 @@ boto3 imported already, so the same code costs one client's creation. The module
 logic and the documentation (``module_utils/aws_task.py``: ``ARGUMENT_SPEC`` and ``run``). The task's arguments are
 checked against the same spec as AnsibleAWSModule's, amazon.aws's common options (credentials, profile, region,
 endpoint, their aliases and environment fallbacks) included, and ``client()`` and ``region`` are amazon.aws's own
-for plugins: the credentials, the region and the endpoint are resolved as the module resolves them.
+for plugins: the credentials, the region and the endpoint are resolved as the module resolves them (the client made
+on the process's one botocore loader: ``plugin_utils/aws_client.py``).
 """
 from __future__ import annotations
 
+from ansible.module_utils.common.dict_transformations import camel_dict_to_snake_dict
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import aws_argument_spec
-from ansible_collections.amazon.aws.plugins.plugin_utils.base import AWSPluginBase
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed
+from ansible_collections.dynatrain.elastic.plugins.plugin_utils.aws_client import SharedLoaderClient
 
 
-class AWSModuleAction(ActionBase, AWSPluginBase):
+class AWSModuleAction(ActionBase, SharedLoaderClient):
     """``MODULE``: the module (its ``ARGUMENT_SPEC`` and ``run``) this action runs in place of a module run."""
 
     MODULE = None
@@ -53,4 +55,9 @@ class AWSModuleAction(ActionBase, AWSPluginBase):
         except TaskFailed as e:
             msg = "%s: %s" % (e.msg, to_native(e.exception)) if e.exception is not None else e.msg
             result.update(e.result, failed=True, msg=msg)
+            # AWS's answer as the module's fail_json_aws returns it (error.code, error.message, ...): a caller reads
+            # the error code the same way whichever way the module ran (filter launch_error)
+            response = getattr(e.exception, "response", None)
+            if isinstance(response, dict):
+                result.update(camel_dict_to_snake_dict(response))
         return result

@@ -40,10 +40,6 @@ class MXNetLayout:
     servers = True                          # spares: the scheduler and the servers too
 
     @staticmethod
-    def port(port_base, gid):
-        return port_base + (gid % 500)
-
-    @staticmethod
     def node_note(procs):                   # pylint: disable=unused-argument  # its worker uses every GPU
         return ""
 
@@ -72,10 +68,6 @@ class TorchLayout:
     """A torch generation: torchrun's environment (a fresh rendezvous port each time), no servers."""
 
     servers = False                         # (so no ``serve_argv``: the spare pool starts no server)
-
-    @staticmethod
-    def port(port_base, gid):               # the store binds on the master, here: skip a taken port
-        return free_port(port_base, gid)
 
     @staticmethod
     def node_note(procs):
@@ -112,7 +104,10 @@ class Restart:
         L = self.launcher
         resume = L.resume_point()
         gid = L.intake.next_generation_id()
-        port = self.layout.port(L.config.port_base, gid)
+        # MXNet's scheduler and torch's store both bind on the master, beside the launcher's own metrics (9110 by
+        # default, inside port_base..+499: every MXNet job's generation 19 failed to bind and recovered from its
+        # checkpoint): a taken port is skipped
+        port = free_port(L.config.port_base, gid)
         g = Generation(gid, membership, port, resume, plain=self.plain, procs=L.procs)
         L.joining = None
         clear_stop_request(L.files)

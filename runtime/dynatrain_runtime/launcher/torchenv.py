@@ -26,8 +26,9 @@ AUTO = "auto"
 def free_port(port_base, generation, tries=50):
     """The generation's rendezvous port: ``port_base + generation % 500``, or the next free one after it.
 
-    The TCPStore binds every address of the master (where the launcher runs); a port another job
-    listens on would fail the whole generation's start, so it is skipped (a TIME_WAIT one is fine).
+    torch's TCPStore and MXNet's ps-lite scheduler bind on the master (where the launcher runs); a port
+    another job, or the launcher's metrics, listens on would fail the whole generation's start, so it is
+    skipped (a TIME_WAIT one is fine).
     """
     for k in range(tries):
         port = port_base + (int(generation) + k) % 500

@@ -96,6 +96,8 @@ def test_an_aws_error_fails_the_task_with_the_modules_message(tmp_path, ec2):
     assert out["failed"] is True, log[-3000:]
     assert out["msg"].startswith("Could not tag nonsense: "), out["msg"]
     assert "InvalidID" in out["msg"], out["msg"]
+    # AWS's answer as amazon.aws's fail_json_aws puts it (filter launch_error reads the code there)
+    assert out["error"]["code"].startswith("InvalidID"), out
 
 
 def test_partial_credentials_are_said_and_never_shown(tmp_path, ec2, instance):
@@ -139,3 +141,38 @@ def test_the_other_aws_modules_run_as_actions_too(tmp_path, ec2, instance):
     assert rc == 0 and out["availability_zone"].startswith("eu-west-1"), log[-3000:]
     rc, out, log = play(tmp_path, {"dynatrain.elastic.preflight_az": dict(where, instance_types=[""])})
     assert out["failed"] is True and "instance_types is empty" in out["msg"], log[-3000:]
+
+
+def test_a_launch_from_a_template_is_tagged_waited_for_and_a_refusal_names_its_code(tmp_path, ec2):
+    """ec2_launch (issue 43): one RunInstances from the launch template, the tags on the instances and their
+    volumes, IMDSv2 required, and back only once they run; a refused request fails with EC2's code, launching
+    nothing."""
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    name = "launchtest-worker"
+    ec2.create_launch_template(LaunchTemplateName=name,
+                               LaunchTemplateData={"ImageId": image, "InstanceType": "t3.micro"})
+    try:
+        rc, out, log = play(tmp_path, {"dynatrain.elastic.ec2_launch": {
+            "launch_template": name, "count": 2, "tags": {"dynatrain:launch-token": "tok1", "k": "v"},
+            "poll": 0.1, "region": "eu-west-1", "endpoint_url": ec2.endpoint}})
+        assert rc == 0 and out and not out.get("failed"), log[-3000:]
+        ids = out["instance_ids"]
+        assert len(ids) == 2 and out["not_running"] == [] and sorted(i["instance_id"] for i in out["instances"]) == sorted(ids)
+        assert all(i["state"]["name"] == "running" and i["tags"]["k"] == "v" for i in out["instances"]), out
+        found = ec2.describe_instances(Filters=[{"Name": "tag:dynatrain:launch-token", "Values": ["tok1"]}])
+        instances = [i for r in found["Reservations"] for i in r["Instances"]]
+        assert sorted(i["InstanceId"] for i in instances) == sorted(ids)
+        assert all(i["MetadataOptions"]["HttpTokens"] == "required" for i in instances)
+        volumes = [m["Ebs"]["VolumeId"] for i in instances for m in i.get("BlockDeviceMappings", [])]
+        assert volumes and all(tags_of(ec2, v).get("k") == "v" for v in volumes)
+    finally:
+        ec2.delete_launch_template(LaunchTemplateName=name)
+        gone = ec2.describe_instances(Filters=[{"Name": "tag:dynatrain:launch-token", "Values": ["tok1"]}])
+        ec2.terminate_instances(InstanceIds=[i["InstanceId"] for r in gone["Reservations"] for i in r["Instances"]])
+    rc, out, log = play(tmp_path, {"dynatrain.elastic.ec2_launch": {
+        "launch_template": "no-such-template", "count": 1, "tags": {"dynatrain:launch-token": "tok2"},
+        "region": "eu-west-1", "endpoint_url": ec2.endpoint}})
+    assert out["failed"] is True and "no-such-template" in out["msg"], log[-3000:]
+    assert out["error"]["code"], out
+    found = ec2.describe_instances(Filters=[{"Name": "tag:dynatrain:launch-token", "Values": ["tok2"]}])
+    assert found["Reservations"] == []

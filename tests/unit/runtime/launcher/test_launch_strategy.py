@@ -1,6 +1,7 @@
 """The launcher's seams: its settings (``LauncherConfig``), the launch strategy chosen once from the engine,
 the script API and ``--resize-mode``, and the typed resize record whose events are what the dict's were."""
 import dataclasses
+import socket
 import time
 
 import pytest
@@ -77,3 +78,20 @@ def test_a_resize_record_leaves_out_what_is_not_known_and_writes_what_is_unknown
         record.set(no_such_field=1)
     wall = record.event_fields()["detected_at"]
     assert abs(wall - (time.time() - 2.0)) < 0.5                            # the events' clock
+
+
+@pytest.mark.parametrize("flags", [[], ["--engine", "torch", "--procs-per-node", "1", "--resize-mode", "restart"]])
+def test_a_generation_port_someone_listens_on_is_skipped_for_either_engine(tmp_path, monkeypatch, flags):
+    # The launcher's metrics listen on 9110 = 9091 + 19 by default: every MXNet job's generation 19 once failed to
+    # bind its scheduler (ps-lite "bind failed") and recovered from its checkpoint.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        la = launcher(tmp_path, "--port-base", str(taken - 19), *flags)
+        monkeypatch.setattr(la.intake, "next_generation_id", lambda: 19)
+        monkeypatch.setattr(la.strategy.layout, "group", lambda *a: ([], {M: {}}, "stub"))
+        monkeypatch.setattr(la.strategy, "_worker", lambda host, gid, env: object())
+        monkeypatch.setattr(la.spares, "plan", lambda *a: None)
+        la.strategy.start([M])
+        assert la.gen.port != taken and taken - 19 <= la.gen.port < taken - 19 + 500
