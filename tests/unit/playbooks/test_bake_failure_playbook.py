@@ -8,17 +8,14 @@ reaches the checkpoint_bucket role (no bucket or master profile is made for a cl
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import boto3
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from localcloud import moto_compat  # noqa: E402
+from localcloud import moto_compat
+from playbook_run import ROOT, flat_output, local_inventory, playbook_env, run_playbook
 
-BIN = os.path.dirname(sys.executable)
 CLUSTER = "bktest"
 TAG = [{"Key": "dynatrain:cluster", "Value": CLUSTER}]
 
@@ -40,21 +37,11 @@ def cloud(moto_endpoint):
 
 
 def bake(tmp_path, endpoint, ami, auto, *extra):
-    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
-        settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"),
-                    dt_ami_id=ami)
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"vars": settings, "hosts": {"localhost": local}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "DT_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true", ANSIBLE_NOCOLOR="1",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
-                           os.path.join(ROOT, "playbooks", "bake_node_image.yml"), "-e", f"_dt_bake_auto={auto}",
-                           "-e", "fleet_ssh_wait_timeout=1", *extra],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600, check=False)
-    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+    inventory = local_inventory(tmp_path / "inventory.yml", dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER,
+                                dt_state_dir=str(tmp_path / "state"), dt_ami_id=ami)
+    proc = run_playbook(inventory, os.path.join(ROOT, "playbooks", "bake_node_image.yml"), "-e", f"_dt_bake_auto={auto}",
+                        "-e", "fleet_ssh_wait_timeout=1", *extra, env=playbook_env(tmp_path), cwd=tmp_path, timeout=600)
+    return proc.returncode, flat_output(proc)
 
 
 def builders(ec2):
@@ -89,13 +76,15 @@ def test_a_failed_bake_fails_bake_image(cloud, tmp_path):
 
 def test_an_add_the_warm_pool_served_alone_does_not_look(cloud, tmp_path):
     # add_workers passes _dt_bake_look=false when the pool gave every worker: nothing was launched from the
-    # templates, so the image is not looked up (one module run) and nothing is baked or said
+    # templates, so the image is not looked up (one module run) and nothing is baked or said: the first and
+    # the last play match no host, and no task of theirs runs
     endpoint, ec2, ami = cloud
     before = len(builders(ec2))
     rc, out = bake(tmp_path, endpoint, ami, "true", "-e", "_dt_bake_look=false")
     assert rc == 0, out[-4000:]
     assert "Look up the base AMI and the baked images" not in out and "No node image for this recipe" not in out
-    assert "Bake nothing" in out and len(builders(ec2)) == before, out[-4000:]
+    assert "Bake nothing" not in out and "Decide whether to bake" not in out, out[-4000:]
+    assert out.count("skipping: no hosts matched") == 3 and len(builders(ec2)) == before, out[-4000:]
 
 
 def _roles_reached(path, seen=None):

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import uuid
 
 import boto3
 import pytest
-import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from localcloud import quotas  # noqa: E402
+from localcloud import quotas
+from playbook_run import ROOT, local_inventory, output, playbook_env, run_playbook
 
-BIN = os.path.dirname(sys.executable)
 STANDARD = "L-1216C47A"
 
 
@@ -41,24 +38,15 @@ def cloud(moto_endpoint):
 @pytest.fixture
 def inventory(tmp_path, cloud):
     """The local inventory's settings as a static inventory, pointed at the moto server and this test's AMI."""
-    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
-        settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=cloud["url"], dt_ami_name=cloud["ami_name"], dt_state_dir=str(tmp_path / "state"),
-                    ansible_python_interpreter=sys.executable)
-    path = tmp_path / "inventory.yml"
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}, "vars": settings}}))
-    return path
+    return local_inventory(tmp_path / "inventory.yml", {"localhost": {"ansible_connection": "local"}},
+                           dt_aws_endpoint_url=cloud["url"], dt_ami_name=cloud["ami_name"],
+                           dt_state_dir=str(tmp_path / "state"), ansible_python_interpreter=sys.executable)
 
 
 def run(tmp_path, inventory, playbook, *extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "DT_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), playbook, *extra],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    proc = run_playbook(inventory, playbook, *extra, env=playbook_env(tmp_path, credentials=True), cwd=tmp_path,
+                        timeout=600)
+    return proc.returncode, output(proc)
 
 
 def vpcs(cloud, region):

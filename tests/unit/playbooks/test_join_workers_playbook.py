@@ -5,17 +5,13 @@ group and EFS; the two new workers are hosts whose Python does not exist, so the
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import boto3
 import pytest
-import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from localcloud import moto_compat  # noqa: E402
+from localcloud import moto_compat
+from playbook_run import LOCALHOST, ROOT, flat_output, local_inventory, playbook_env, run_playbook
 
-BIN = os.path.dirname(sys.executable)
 CLUSTER = "jwtest"
 MASTER, NEW = "127.94.1.10", ["127.94.1.11", "127.94.1.12"]
 
@@ -46,18 +42,14 @@ def cloud(moto_endpoint):
 
 
 def inventory(tmp_path, endpoint, ids):
-    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
-        settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     broken = {"ansible_connection": "local", "ansible_become": False, "dt_role": "worker",
               "ansible_python_interpreter": str(tmp_path / "no-python")}
-    doc = {"all": {"vars": settings, "hosts": {"localhost": local}, "children": {
-        "dt_this_master": {"hosts": {MASTER: dict(local, dt_private_ip=MASTER)}},
+    groups = {
+        "dt_this_master": {"hosts": {MASTER: dict(LOCALHOST, dt_private_ip=MASTER)}},
         "dt_new_workers": {"hosts": {ip: dict(broken, dt_private_ip=ip, new_instance_id=iid) for ip, iid in zip(NEW, ids)}},
-    }}}
-    path = tmp_path / "inventory.yml"
-    path.write_text(yaml.safe_dump(doc))
+    }
+    path = local_inventory(tmp_path / "inventory.yml", children=groups, dt_aws_endpoint_url=endpoint,
+                           dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"))
     (tmp_path / "state" / CLUSTER).mkdir(parents=True)
     known = tmp_path / "state" / CLUSTER / "known_hosts"
     known.write_text("".join(f"{ip} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{n:040d}\n" for n, ip in enumerate([MASTER] + NEW)))
@@ -67,14 +59,9 @@ def inventory(tmp_path, endpoint, ids):
 def test_every_new_worker_failing_is_still_tagged_add_failed_and_terminated(tmp_path, cloud):
     endpoint, ec2, ids = cloud
     path, known = inventory(tmp_path, endpoint, ids)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "DT_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true", ANSIBLE_NOCOLOR="1",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(path),
-                           os.path.join(ROOT, "playbooks", "join_workers.yml")],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600, check=False)
-    out = " ".join((proc.stdout + proc.stderr).split())
+    proc = run_playbook(path, os.path.join(ROOT, "playbooks", "join_workers.yml"), env=playbook_env(tmp_path),
+                        cwd=tmp_path, timeout=600)
+    out = flat_output(proc)
     assert proc.returncode != 0, out[-3000:]
     assert "PLAY [Record the outcome]" in out, out[-3000:]
     assert "2 of 2 new workers did not join (failed: 127.94.1.11, 127.94.1.12)" in out, out[-3000:]

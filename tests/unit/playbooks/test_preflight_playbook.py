@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import boto3
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from playbook_run import CREDENTIALS, ROOT, flat_output, playbook_env, run_playbook
+
 PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
 @pytest.fixture(scope="module")
 def cloud(moto_endpoint):
     url = moto_endpoint
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url, **{k.lower(): v for k, v in CREDS.items()})
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=url, **{k.lower(): v for k, v in CREDENTIALS.items()})
     # an image of our own (moto's stock AMIs carry the same ids in every region)
     stock = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     instance = ec2.run_instances(ImageId=stock, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
@@ -48,18 +46,9 @@ def run_preflight(tmp_path, variables, env_extra=None, credentials=True, extra=(
     path.write_text(json.dumps(variables))
     inventory = tmp_path / "empty.ini"  # localhost stays implicit: the controller's Python (boto3)
     inventory.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
-    if credentials:
-        env.update(CREDS)
-    env.update(env_extra or {})
-    proc = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), PLAYBOOK,
-         "-e", "@" + str(path), *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+    proc = run_playbook(inventory, PLAYBOOK, "-e", "@" + str(path), *extra,
+                        env=playbook_env(tmp_path, credentials=credentials, **(env_extra or {})))
+    return proc.returncode, flat_output(proc)
 
 
 def vpc_count(cloud):

@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import zipfile
 
 import boto3
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from playbook_run import CREDENTIALS, ROOT, flat_output, playbook_env, run_playbook
+
 PLAYBOOK = os.path.join(ROOT, "playbooks", "preflight.yml")
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 MXNET_WHEEL = "mxnet-1.9.1-py3-none-manylinux2014_x86_64.whl"
 NO_CREDENTIALS = "No usable AWS credentials"
@@ -73,16 +72,9 @@ def run_preflight(tmp_path, variables, inventory_vars=None):
     # localhost stays implicit; inventory_vars: settings from the inventory (not typed with -e)
     inventory = tmp_path / "inventory.json"
     inventory.write_text(json.dumps({"all": {"vars": inventory_vars or {}}}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(CREDS, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_MAX_ATTEMPTS="1")
-    proc = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), PLAYBOOK,
-         "-e", "@" + str(path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
-    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+    proc = run_playbook(inventory, PLAYBOOK, "-e", "@" + str(path),
+                        env=playbook_env(tmp_path, credentials=True, AWS_MAX_ATTEMPTS="1"))
+    return proc.returncode, flat_output(proc)
 
 
 def settings(endpoint, wheelhouse, **overrides):
@@ -145,7 +137,7 @@ def test_built_on_demand_then_preflight_passes(tmp_path, wheelhouse, checkout, m
     """With the checkout's builder at hand the wheels are built (a progress line says so) and preflight
     goes on; nothing is created in the cloud."""
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint,
-                       **{k.lower(): v for k, v in CREDS.items()})
+                       **{k.lower(): v for k, v in CREDENTIALS.items()})
     stock = ec2.describe_images(Owners=["amazon"])["Images"][0]
     before = len(ec2.describe_vpcs()["Vpcs"]) + len(ec2.describe_instances()["Reservations"])
     rc, out = run_preflight(tmp_path, settings(moto_endpoint, wheelhouse, dt_engine="torch",

@@ -13,14 +13,13 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-BIN = os.path.dirname(sys.executable)
+from playbook_run import ROOT, local_inventory, output, playbook_env, run_playbook
+
 NOTHING = "setting(s) to correct. Nothing was created or changed:"
 
 
@@ -32,13 +31,9 @@ def closed_port():
 
 def write_inventory(directory):
     """The local inventory's settings, pointed at a closed port (no cloud), localhost only."""
-    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
-        settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=f"http://127.0.0.1:{closed_port()}", dt_state_dir=str(directory / "state"),
-                    ansible_python_interpreter=sys.executable)
-    path = directory / "inventory.yml"
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local"}}, "vars": settings}}))
-    return path
+    return local_inventory(directory / "inventory.yml", {"localhost": {"ansible_connection": "local"}},
+                           dt_aws_endpoint_url=f"http://127.0.0.1:{closed_port()}", dt_state_dir=str(directory / "state"),
+                           ansible_python_interpreter=sys.executable)
 
 
 @pytest.fixture
@@ -47,14 +42,9 @@ def inventory(tmp_path):
 
 
 def run(tmp_path, inventory, playbook, *extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "DT_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), playbook, *extra],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    """The playbook run in the repository root (the root playbooks are named as a user types them)."""
+    proc = run_playbook(inventory, playbook, *extra, env=playbook_env(tmp_path, credentials=True))
+    return proc.returncode, output(proc)
 
 
 # Each command is typed as a user types it (-e key=value, or -e JSON) and run once; the check

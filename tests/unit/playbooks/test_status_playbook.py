@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
 import pytest
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils import shared_volume as hwf
+from playbook_run import ROOT, playbook_env, run_playbook
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 PLAYBOOK = os.path.join(ROOT, "playbooks", "status.yml")
 FIXTURE = os.path.join(ROOT, "tests", "unit", "fixtures", "events_elastic_run.jsonl")
 MASTER, WORKER, GONE = "127.0.0.1", "172.31.65.62", "172.31.70.5"
@@ -53,11 +52,8 @@ def cluster(tmp_path):
 
 
 def run_status(cluster, *extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOCAL_TEMP=str(cluster / "tmp"))
-    proc = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(cluster / "inventory.json"),
-         PLAYBOOK, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_playbook(cluster / "inventory.json", PLAYBOOK, *extra,
+                        env=playbook_env(cluster, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
     try:
         tasks = {t["task"]["name"]: t["hosts"].get("localhost") for t in json.loads(proc.stdout)["plays"][0]["tasks"]}
     except (ValueError, KeyError, IndexError):

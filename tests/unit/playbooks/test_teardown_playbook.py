@@ -5,17 +5,13 @@ this machine (local connection), whose save fails at once (it has sync settings,
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import boto3
 import pytest
-import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from localcloud import moto_compat  # noqa: E402
+from localcloud import moto_compat
+from playbook_run import LOCALHOST, ROOT, flat_output, local_inventory, playbook_env, run_playbook
 
-BIN = os.path.dirname(sys.executable)
 CLUSTER = "tdtest"
 MASTER = "127.95.1.10"
 
@@ -35,26 +31,19 @@ def file_systems(efs):
 
 
 def teardown(tmp_path, endpoint, *extra):
-    with open(os.path.join(ROOT, "inventories", "local", "group_vars", "all", "dynatrain.yml")) as handle:
-        settings = yaml.safe_load(handle)
-    settings.update(dt_aws_endpoint_url=endpoint, dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"),
-                    dt_efs_mount=str(tmp_path / "efs"))
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    doc = {"all": {"vars": settings, "hosts": {"localhost": local}, "children": {
-        f"dt_cluster_{CLUSTER}": {"hosts": {MASTER: dict(local, dt_private_ip=MASTER, dt_cluster=CLUSTER)}},
+    groups = {
+        f"dt_cluster_{CLUSTER}": {"hosts": {MASTER: dict(LOCALHOST, dt_private_ip=MASTER, dt_cluster=CLUSTER)}},
         "dt_master": {"hosts": {MASTER: {}}}, "dt_workers": {"hosts": {MASTER: {}}},
-    }}}
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(doc))
+    }
+    inventory = local_inventory(tmp_path / "inventory.yml", children=groups, dt_aws_endpoint_url=endpoint,
+                                dt_cluster_name=CLUSTER, dt_state_dir=str(tmp_path / "state"),
+                                dt_efs_mount=str(tmp_path / "efs"))
     sync = tmp_path / "sync.default"      # the master's dt-checkpoint-sync settings: it has a job to save
     sync.write_text("DT_SYNC_URL=s3://dynatrain-checkpoints-123456789012/tdtest/job/\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "DT_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), AWS_EC2_METADATA_DISABLED="true", ANSIBLE_NOCOLOR="1",
-               AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "inventory.yml"),
-                           os.path.join(ROOT, "playbooks", "teardown.yml"), "-e", f"_launcher_sync_defaults_file={sync}",
-                           *extra], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600, check=False)
-    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+    proc = run_playbook(inventory, os.path.join(ROOT, "playbooks", "teardown.yml"),
+                        "-e", f"_launcher_sync_defaults_file={sync}", *extra, env=playbook_env(tmp_path), cwd=tmp_path,
+                        timeout=600)
+    return proc.returncode, flat_output(proc)
 
 
 def test_a_failed_final_save_keeps_the_shared_volume_unless_forced(tmp_path, cloud):
