@@ -41,6 +41,8 @@ MODULE_ACTIONS = {
     "dynatrain.elastic.ec2_tags": {"ec2:DescribeTags", "ec2:CreateTags"},
     "dynatrain.elastic.ec2_pool_take": {"ec2:CreateTags", "ec2:DeleteTags", "ec2:DescribeInstances",
                                         "ec2:StartInstances"},
+    # RunInstances tags by the call (ec2:CreateTags under ec2:CreateAction=RunInstances)
+    "dynatrain.elastic.ec2_launch": {"ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances"},
     "dynatrain.elastic.ec2_status_checks": {"ec2:DescribeInstanceStatus"},
     "dynatrain.elastic.preflight_az": {"ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings"},
     "dynatrain.elastic.preflight_vcpu": {"ec2:DescribeInstances", "ec2:DescribeInstanceTypes",

@@ -9,8 +9,10 @@ def test_a_running_pool_worker_is_refilled_not_kept(tmp_path):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text(
         "[dt_cluster_c]\n10.0.0.1\n"
-        "10.0.0.3 dt_state=stopped dt_instance_id=i-3 dt_private_ip=10.0.0.3 dt_launch_time=2026-01-01T00:00:01\n"
-        "10.0.0.4 dt_state=running dt_instance_id=i-4 dt_private_ip=10.0.0.4 dt_launch_time=2026-01-01T00:00:02\n"
+        "10.0.0.3 dt_pool=True dt_state=stopped dt_instance_id=i-3 dt_private_ip=10.0.0.3"
+        " dt_launch_time=2026-01-01T00:00:01\n"
+        "10.0.0.4 dt_pool=True dt_state=running dt_instance_id=i-4 dt_private_ip=10.0.0.4"
+        " dt_launch_time=2026-01-01T00:00:02\n"
         "[dt_master]\n10.0.0.1\n[dt_pool]\n10.0.0.3\n10.0.0.4\n")
     out_file = tmp_path / "fill.json"
     play = [{
