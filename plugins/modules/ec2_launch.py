@@ -108,6 +108,7 @@ except ImportError:
 
 from ansible_collections.amazon.aws.plugins.module_utils.modules import AnsibleAWSModule
 from ansible_collections.amazon.aws.plugins.module_utils.retries import AWSRetry
+from ansible_collections.amazon.aws.plugins.module_utils.tagging import boto3_tag_specifications
 
 from ansible_collections.dynatrain.elastic.plugins.module_utils.aws_task import TaskFailed, run_module
 from ansible_collections.dynatrain.elastic.plugins.module_utils.ec2_instances import as_info, describe
@@ -119,9 +120,8 @@ def run_spec(launch_template, count, tags):
     spec = dict(LaunchTemplate={"LaunchTemplateName": launch_template}, MinCount=count, MaxCount=count,
                 MetadataOptions={"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1,
                                  "HttpProtocolIpv6": "disabled", "InstanceMetadataTags": "disabled"})
-    tag_list = [{"Key": str(k), "Value": "" if v is None else str(v)} for k, v in (tags or {}).items()]
-    if tag_list:
-        spec["TagSpecifications"] = [{"ResourceType": kind, "Tags": tag_list} for kind in ("volume", "instance")]
+    if tags:
+        spec["TagSpecifications"] = boto3_tag_specifications(tags, ["volume", "instance"])   # ec2_instance's own
     return spec
 
 

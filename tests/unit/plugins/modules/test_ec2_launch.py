@@ -48,9 +48,9 @@ def test_the_ones_not_running_at_the_timeout_are_returned_not_failed(monkeypatch
 
 
 def test_the_request_is_all_or_none_tagged_twice_and_imdsv2():
-    spec = ec2_launch.run_spec("c-worker", 3, {"a": 1, "b": None})
+    spec = ec2_launch.run_spec("c-worker", 3, {"a": 1, "b": True})
     assert spec["MinCount"] == spec["MaxCount"] == 3 and spec["LaunchTemplate"] == {"LaunchTemplateName": "c-worker"}
     assert spec["MetadataOptions"]["HttpTokens"] == "required"
     assert [s["ResourceType"] for s in spec["TagSpecifications"]] == ["volume", "instance"]
-    assert spec["TagSpecifications"][1]["Tags"] == [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": ""}]
+    assert spec["TagSpecifications"][1]["Tags"] == [{"Key": "a", "Value": "1"}, {"Key": "b", "Value": "True"}]
     assert "TagSpecifications" not in ec2_launch.run_spec("c-worker", 1, {})
