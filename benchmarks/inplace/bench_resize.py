@@ -157,6 +157,16 @@ def run_job(args, data, hidden, mode, port_base, workdir, plan=None):
     return out, checks
 
 
+def training_again(end):
+    """Detection -> the new group trains: ``total_s`` less the first step's own time (the reporting worker's
+    phases: its last phase before ``first_step``, the regroup's end, to ``first_step``).  None without phases."""
+    phases = {k: v for k, v in (end.get("phases") or {}).items() if isinstance(v, (int, float))}
+    if "first_step" not in phases:
+        return None
+    before = [v for k, v in phases.items() if k != "first_step" and v <= phases["first_step"]]
+    return round(end["total_s"] - (phases["first_step"] - max(before, default=0.0)), 3)
+
+
 def figures(end, mb, mode):
     """One change's row: (total, pause, recomputed, fs MB, moved MB, MB/s)."""
     # the old group's last step -> the new group's first, less the step itself (boundary_s: detection -> that
@@ -168,7 +178,7 @@ def figures(end, mb, mode):
     else:
         fs = 0.0
     moved = end.get("bytes_moved", 0) / 1e6
-    return {"total": end["total_s"], "pause": max(0.0, pause), "recomputed": end.get("recomputed_steps") or 0,
+    return {"total": end["total_s"], "again": training_again(end), "pause": max(0.0, pause), "recomputed": end.get("recomputed_steps") or 0,
             "fs_mb": fs, "moved_mb": moved, "rate": end.get("transfer_mb_s"), "step": end["step_time"],
             "own_pause": end.get("pause_s"), "transfer": end.get("transfer_s")}
 

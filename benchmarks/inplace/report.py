@@ -1,7 +1,6 @@
 """bench_resize's table and plot, from one run's rows or from several runs' ``--json`` files merged (the rows of
 the same size, system and change add up: medians over all of them).  The plot: seconds against state size
-per system, the survivors' pause of an add and of a remove, and a kill -> training again (the first step
-at the new size).
+per system, the survivors' pause of an add and of a remove, and a kill -> the first step at the new size.
 
     python benchmarks/inplace/report.py run1.json run2.json [--plot benchmarks/inplace/resize.png]
 """
@@ -13,7 +12,7 @@ CHANGES = ("add", "remove", "kill")
 SYSTEMS = ("in-place", "restart", "torchft", "torchrun-tuned")
 
 PANELS = (("add", "pause", "add: survivors' pause"), ("remove", "pause", "remove: survivors' pause"),
-          ("kill", "total", "kill -> training again"))
+          ("kill", "total", "kill -> first step at the new size"))
 STYLE = {"in-place": ("ours in place", "o-"), "restart": ("ours restart", "s--"), "torchft": ("torchft 0.2.0", "^-"),
          "torchrun-tuned": ("torchrun tuned", "v:")}
 
@@ -32,18 +31,18 @@ def cell(value, fmt):
 
 
 def print_table(results):
-    print("| state | system | change | change -> first step at new size (s) | survivors' pause (s) "
-          "| in place: boundary -> first step - 1 step (s) | step (s) | steps redone | shared FS MB | peer MB "
+    print("| state | system | change | change -> first step at new size (s) | ours: change -> training again (s) "
+          "| survivors' pause (s) | in place: boundary -> first step - 1 step (s) | step (s) | steps redone | shared FS MB | peer MB "
           "| peer s | peer MB/s | n |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def order(kv):
         (hidden, system, change), _rows = kv
         return hidden, CHANGES.index(change), SYSTEMS.index(system) if system in SYSTEMS else 9
 
     for (hidden, system, change), rows in sorted(results.items(), key=order):
-        print("| %.1f MB (H %d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
-            state_mb(hidden), hidden, system, change, cell(med(rows, "total"), "%.2f"),
+        print("| %.1f MB (H %d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
+            state_mb(hidden), hidden, system, change, cell(med(rows, "total"), "%.2f"), cell(med(rows, "again"), "%.2f"),
             cell(med(rows, "pause"), "%.2f"), cell(med(rows, "own_pause"), "%.2f"), cell(med(rows, "step"), "%.2f"),
             cell(med(rows, "recomputed"), "%d"), cell(med(rows, "fs_mb"), "%.0f"), cell(med(rows, "moved_mb"), "%.1f"),
             cell(med(rows, "transfer"), "%.2f"), cell(med(rows, "rate"), "%.0f"), len(rows)))

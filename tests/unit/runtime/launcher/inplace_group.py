@@ -11,6 +11,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
+from dynatrain_runtime.engines.torch import HostBuffers
 from dynatrain_runtime.engines.torch_inplace import tensors_of
 
 WORLD, STEP = 3, 7
@@ -31,7 +32,7 @@ def join(rank, port):
             model(torch.randn(8, 64)).sum().backward()
             opt.step()
     return types.SimpleNamespace(dist=dist, rank=rank, world=WORLD, module=model, optimizer=opt, backend="gloo",
-                                 device=torch.device("cpu"), store=store)
+                                 device=torch.device("cpu"), store=store, _host=HostBuffers())
 
 
 def leave(engine):

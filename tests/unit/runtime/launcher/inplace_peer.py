@@ -5,6 +5,9 @@ import json
 import sys
 
 
+import torch
+
+from dynatrain_runtime.engines.torch import TorchSnapshot
 from dynatrain_runtime.engines.torch_inplace import settle
 from inplace_group import HEADER, STEP, digest, join, leave
 
@@ -12,5 +15,11 @@ rank, port = int(sys.argv[1]), int(sys.argv[2])
 engine = join(rank, port)
 meta, stats, _healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER)
 value, count = digest(engine)
-print(json.dumps({"rank": rank, "meta": meta, "stats": stats, "digest": value, "tensors": count}), flush=True)
+# a receiver's received bytes become its next boundary snapshot's memory: that snapshot copies into them
+kept = len(engine._host._free)                     # pylint: disable=protected-access
+snap = TorchSnapshot.issue(engine.module, engine.optimizer, {"step": STEP}, buffers=engine._host)  # pylint: disable=protected-access
+same = all(torch.equal(a, b) for a, b in zip(snap.params.values(), engine.module.state_dict().values()))
+print(json.dumps({"rank": rank, "meta": meta, "stats": stats, "digest": value, "tensors": count,
+                  "kept_for_snapshot": kept, "reused": kept and not engine._host._free,  # pylint: disable=protected-access
+                  "snapshot_equal": same}), flush=True)
 leave(engine)

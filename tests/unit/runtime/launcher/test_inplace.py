@@ -86,6 +86,8 @@ def test_a_joiner_gets_the_state_from_both_holders_and_a_damaged_chunk_is_fetche
     assert joiner["tensors"] == 8                 # 4 parameters + their 4 momentum buffers
     assert len({o["digest"] for o in damaged}) == 1          # the joiner holds exactly the holders' state
     assert damaged[0]["stats"]["holders"] == [0, 1] and damaged[0]["stats"]["receivers"] == [2]
+    # the joiner's received bytes are its first snapshot's memory (no first touch of fresh memory); holders keep none
+    assert [o["kept_for_snapshot"] for o in damaged] == [0, 0, 1] and joiner["reused"] and joiner["snapshot_equal"]
 
 
 def test_the_overlap_is_asked_for_unless_turned_off_or_the_optimizer_cannot_wait(monkeypatch):
