@@ -16,8 +16,9 @@ Built on ``torch.distributed``'s own primitives (the decision and its figures: `
 * ``settle`` -- once the group formed, its members agree (one ``all_gather``) who holds the newest
   state; the lowest such rank broadcasts the header (the checkpoint meta and the tensors' layout: JSON,
   never a pickle) and the holders *send the bytes in chunks, spread over every holder* (chunk ``i`` from
-  holder ``i mod n``); each chunk carries its size and adler32, the receiver refuses a chunk that does
-  not match and fetches it once more, then fails (the launcher falls back to the restart path).
+  holder ``i mod n``), pipelined (no round trip per chunk); each chunk carries its size and adler32, the
+  receiver refuses a chunk that does not match and fetches it once more, then fails (the launcher falls
+  back to the restart path).  A receiver's bytes then back its first snapshot (``keep_for_snapshots``).
   An add's chunks may travel behind the first step at the new size instead (``Healing``: a thread, a gloo
   group of their own; the optimizer's first step waits for them).
   Sharded models (HSDP: a joiner's local rank r receives shard r from the holders of shard r) would
