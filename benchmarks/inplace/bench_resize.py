@@ -278,15 +278,7 @@ def main():
     ap.add_argument("--scale-hidden", type=int, default=128, help="the scale runs' hidden size [%(default)s]")
     ap.add_argument("--port-base", type=int, default=24000, help="jobs use ports from here up, 10 each [%(default)s]")
     ap.add_argument("--keep", action="store_true", help="keep the jobs' directories")
-    ap.add_argument("--touch-memory", type=float, default=0.0, metavar="GIB",
-                    help="touch this much memory once before the jobs: a freshly booted VM (this machine is one) backs "
-                         "its memory at the first touch, ~300 MB/s here, which a state's fresh copies then pay for")
     args = ap.parse_args()
-    if args.touch_memory:
-        started = time.time()
-        touched = bytearray(int(args.touch_memory * (1 << 30)))   # zeroed: every page written once
-        del touched
-        print("touched %.1f GiB of memory in %.1f s" % (args.touch_memory, time.time() - started), flush=True)
     workdir = tempfile.mkdtemp(prefix="dt-bench-inplace-")
     data = os.path.join(workdir, "digits.npz")
     subprocess.check_call([args.python, "-m", "dynatrain_runtime.examples.prepare_digits", "--out", data],
