@@ -39,7 +39,7 @@ import zlib
 from .torch import DEFAULT_TIMEOUT, TIMEOUT_VAR, wait_for_store
 
 CHUNK_BYTES = int(os.environ.get("DT_CHUNK_BYTES", str(32 << 20)))   # one chunk of the state transfer
-CORRUPT_VAR = "DT_TEST_CORRUPT_CHUNK"   # tests: this chunk index goes out damaged once (it must be refetched)
+CORRUPT_VAR = "DT_TEST_CORRUPT_CHUNK"   # tests: this chunk index goes out damaged once ("i:2": twice, refused)
 ACK_OK, ACK_FAILED = 0, 2
 
 
@@ -497,12 +497,16 @@ class Healing:
         self._thread.join(timeout)
 
 
-_CORRUPTED = []          # the test hook damages one chunk once per process
+_CORRUPTED = []          # the test hook's damaged sends in this process
 
 
 def _maybe_corrupt(index, data):
+    """The test hook: ``DT_TEST_CORRUPT_CHUNK=i`` damages chunk i's first send (``i:2``: its first two)."""
     want = os.environ.get(CORRUPT_VAR)
-    if want is None or _CORRUPTED or int(want) != index or data.numel() == 0:
+    if want is None or data.numel() == 0:
+        return data
+    chunk, _sep, times = want.partition(":")
+    if int(chunk) != index or len(_CORRUPTED) >= int(times or 1):
         return data
     _CORRUPTED.append(index)
     bad = data.clone()
@@ -533,7 +537,7 @@ def _send_chunks(dist, stream, mine, receiver, group):
             if index not in sent:
                 raise TransferError(f"rank {receiver} asked again for chunk {index}, which is not this holder's")
             data, check = sent[index]
-            dist.send(data, receiver, group=group)
+            dist.send(_maybe_corrupt(index, data), receiver, group=group)
             dist.send(check, receiver, group=group)
     verdict = torch.zeros(1, dtype=torch.int64)
     dist.recv(verdict, receiver, group=group)

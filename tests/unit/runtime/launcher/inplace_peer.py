@@ -8,12 +8,16 @@ import sys
 import torch
 
 from dynatrain_runtime.engines.torch import TorchSnapshot
-from dynatrain_runtime.engines.torch_inplace import settle
+from dynatrain_runtime.engines.torch_inplace import TransferError, settle
 from inplace_group import HEADER, STEP, digest, join, leave
 
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 engine = join(rank, port)
-meta, stats, _healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER)
+try:
+    meta, stats, _healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER)
+except TransferError as exc:                       # a chunk refused twice: every member hears of it, none hangs
+    print(json.dumps({"rank": rank, "error": str(exc)}), flush=True)
+    leave(engine)
 value, count = digest(engine)
 # a receiver's received bytes become its next boundary snapshot's memory: that snapshot copies into them
 kept = len(engine._host._free)                     # pylint: disable=protected-access

@@ -90,6 +90,13 @@ def test_a_joiner_gets_the_state_from_both_holders_and_a_damaged_chunk_is_fetche
     assert [o["kept_for_snapshot"] for o in damaged] == [0, 0, 1] and joiner["reused"] and joiner["snapshot_equal"]
 
 
+def test_a_chunk_damaged_twice_fails_the_transfer_on_every_member_and_none_hangs(torch_python):
+    outs = _transfer(torch_python, 29781, {"DT_TEST_CORRUPT_CHUNK": "3:2"})   # holder 1's chunk 3, sent twice damaged
+    assert "chunk 3 from rank 1 failed its check twice" in outs[2]["error"], outs
+    assert "refused twice by rank 2" in outs[1]["error"], outs
+    assert "refused twice by rank 2" in outs[0]["error"], outs      # the other holder hears the verdict too
+
+
 def test_the_overlap_is_asked_for_unless_turned_off_or_the_optimizer_cannot_wait(monkeypatch):
     from types import SimpleNamespace
     from dynatrain_runtime.script.inplace import InPlaceWorker
