@@ -123,9 +123,12 @@ def exit_status(rcs):
     return True, EXIT_STOPPED if EXIT_STOPPED in rcs else 0
 
 
-def end_groups(procs, grace=3.0):
+END_GRACE, END_KILL_WAIT = 3.0, 2.0   # s: SIGTERM's grace, then the wait after SIGKILL
+
+
+def end_groups(procs, grace=END_GRACE):
     """SIGTERM every process's group, SIGKILL what is left after ``grace`` s (also ``child``'s one process)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, END_KILL_WAIT)):
         live = [p for p in procs if p.poll() is None]
         for p in live:
             try:
@@ -144,6 +147,9 @@ class LocalGroup:
         self.merge = Merge(procs)
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self._end_lock = threading.RLock()       # an RLock: a signal handler may interrupt its own thread here
+        self._ending = False
+        self._ended = threading.Event()
         self.procs = []
         try:
             for i in range(procs):
@@ -197,10 +203,20 @@ class LocalGroup:
                 except (OSError, ValueError):
                     pass
         if not self.done.is_set():
-            end_groups(self.procs)
+            self.end()
 
     def end(self):
-        end_groups(self.procs)
+        """End the processes, once.  The launcher's end closes our stdin (``pump_stdin``) and sends SIGTERM
+        (``run_group``): a second SIGTERM could reach a process finishing its own handler's exit -- by then
+        Python has put the default handler back -- and kill it (the group said 143, not the script's status).
+        A second caller waits for the first one's end (SIGTERM's grace, then SIGKILL's)."""
+        with self._end_lock:
+            first, self._ending = not self._ending, True
+        if first:
+            end_groups(self.procs)
+            self._ended.set()
+        else:
+            self._ended.wait(END_GRACE + END_KILL_WAIT + 1.0)
 
     def say_exited(self, rc):
         """``--alive``: after the processes' last lines, say "exited" (a torchrun script's stop waits for it)."""
@@ -216,7 +232,7 @@ class LocalGroup:
                 break
             time.sleep(0.05)
         self.done.set()
-        end_groups(self.procs)
+        self.end()
         for p in self.procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)     # anything a process left behind in its group
