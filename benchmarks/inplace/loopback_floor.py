@@ -84,10 +84,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     nbytes, chunk = int(args.mb * 1e6), int(args.chunk_mb * 1e6)
-    rows = [("one TCP stream (socket)", [tcp_once(nbytes) for _ in range(args.repeat)])]
+    rows = [("one TCP stream (socket)", [tcp_once(nbytes) for _run in range(args.repeat)])]
     try:
         rows.append(("gloo send/recv, %.0f MB chunks" % args.chunk_mb,
-                     [gloo_once(nbytes, chunk) for _ in range(args.repeat)]))
+                     [gloo_once(nbytes, chunk) for _run in range(args.repeat)]))
     except ImportError:
         print("(torch is not importable here: run it with .localcloud/node-venv/bin/python for the gloo row)")
     print("| %.0f MB over 127.0.0.1 | seconds (median of %d) | MB/s | range (s) |" % (args.mb, args.repeat))
