@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import threading
 import time
@@ -320,7 +321,7 @@ def keep_for_snapshots(engine, flat):
     views, offset = [], 0
     try:
         for shape, dtype, on_gpu in layout:
-            size = _numel(shape) * dtype.itemsize
+            size = math.prod(shape) * dtype.itemsize
             if on_gpu or offset + size > flat.numel():
                 return False
             views.append(flat[offset:offset + size].view(dtype).reshape(shape))
@@ -331,13 +332,6 @@ def keep_for_snapshots(engine, flat):
         return False
     host.give(layout, views)
     return True
-
-
-def _numel(shape):
-    count = 1
-    for dim in shape:
-        count *= int(dim)
-    return count
 
 
 # ----------------------------------------------------------------------------- the transfer
