@@ -524,6 +524,8 @@ def _send_chunks(dist, stream, mine, receiver, group):
         work.wait()
     count = torch.zeros(1, dtype=torch.int64)
     dist.recv(count, receiver, group=group)
+    if not 0 <= int(count.item()) <= len(sent):        # a peer's number: never an allocation it sizes
+        raise TransferError(f"rank {receiver} asked again for {int(count.item())} chunks of this holder's {len(sent)}")
     if int(count.item()):
         again = torch.zeros(int(count.item()), dtype=torch.int64)
         dist.recv(again, receiver, group=group)
