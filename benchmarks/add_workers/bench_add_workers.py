@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Wall time of bootstrap and `add_workers -e count=N`, plain AMI vs baked node image, on the local cloud.
 
 In one run, side by side:

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """The periodic checkpoint's stall on the training thread: synchronous (before) vs the background writer (after).
 
 One worker of the helper API (``Elastic``, torch engine, a world of one: no launcher) trains the digits MLP
@@ -135,6 +136,10 @@ def summarise(run):
 
 
 def main(argv=None):
+    # the runs' default python is this one: the node venv's, where torch is
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
+    import project_python  # pylint: disable=import-outside-toplevel
+    project_python.require("node", "torch", "dynatrain_runtime")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hidden", type=int, nargs="+", default=[1700, 1300000],
                     help="hidden widths (1700 ~ 1 MB of state, 1300000 ~ 780 MB)")

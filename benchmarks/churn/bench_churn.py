@@ -37,6 +37,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("controller", "dynatrain_runtime")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize as br  # noqa: E402  (one home for driving the launcher locally)
 from localjob import host_pids  # noqa: E402  (on sys.path through bench_resize)

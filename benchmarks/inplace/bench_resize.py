@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """In-place vs restart membership changes of the torch engine, at several state sizes, in one run.
 
 For each state size (the digits MLP 64 -> H -> 10 with SGD momentum: parameters + momentum = 8 * (75 H + 10)
@@ -43,6 +44,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("controller", "dynatrain_runtime")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, host_pids, log_lines, write_hosts  # noqa: E402
 

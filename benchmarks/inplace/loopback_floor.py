@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """The floor under a peer-to-peer state copy on this machine: how fast bytes cross the loopback at all.
 
 Every "host" of bench_resize.py is a 127.0.x address of one machine, so the add's state copy (and DDP's
@@ -12,6 +13,7 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 
 
@@ -83,13 +85,14 @@ def main():
     ap.add_argument("--chunk-mb", type=float, default=32 * 1.048576, help="gloo chunk, MB [32 MiB]")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "scripts"))
+    import project_python  # pylint: disable=import-outside-toplevel
+    project_python.require("node", "torch")  # the gloo row's
     nbytes, chunk = int(args.mb * 1e6), int(args.chunk_mb * 1e6)
     rows = [("one TCP stream (socket)", [tcp_once(nbytes) for _run in range(args.repeat)])]
-    try:
-        rows.append(("gloo send/recv, %.0f MB chunks" % args.chunk_mb,
-                     [gloo_once(nbytes, chunk) for _run in range(args.repeat)]))
-    except ImportError:
-        print("(torch is not importable here: run it with .localcloud/node-venv/bin/python for the gloo row)")
+    rows.append(("gloo send/recv, %.0f MB chunks" % args.chunk_mb,
+                 [gloo_once(nbytes, chunk) for _run in range(args.repeat)]))
     print("| %.0f MB over 127.0.0.1 | seconds (median of %d) | MB/s | range (s) |" % (args.mb, args.repeat))
     print("|---|---:|---:|---|")
     for name, secs in rows:

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """bench_resize's table and plot, from one run's rows or from several runs' ``--json`` files merged (the rows of
 the same size, system and change add up: medians over all of them).  The plot: seconds against state size
 per system, the survivors' pause of an add and of a remove, and a kill -> the first step at the new size.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python
+#!/usr/bin/env python3
 """Benchmark: dynatrain.elastic.ec2_elastic vs amazon.aws.aws_ec2 (keyed_groups/groups giving the
 same dt_* groups), both via `ansible-inventory --list`, on the same moto server on 127.0.0.1.
 
@@ -24,9 +24,12 @@ import time
 import urllib.parse
 import urllib.request
 
-import boto3
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import make_server
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("controller", "boto3", "moto")
+import boto3  # noqa: E402
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)

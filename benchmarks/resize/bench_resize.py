@@ -32,6 +32,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_PYTHON = os.path.join(ROOT, ".localcloud", "node-venv", "bin", "python")
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("node", "dynatrain_runtime")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from localjob import events, write_hosts  # noqa: E402  (the benchmarks use them as br.*)
 from dynatrain_runtime.contract import shared_volume  # noqa: E402

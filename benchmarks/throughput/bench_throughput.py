@@ -29,6 +29,9 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("node", "dynatrain_runtime")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize  # noqa: E402  (one home for the launcher/plain runners)
 

@@ -46,6 +46,9 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(BENCH), "scripts"))
+import project_python  # noqa: E402  (the script's venv, when typed with another python)
+project_python.require("node", "dynatrain_runtime")
 sys.path.insert(0, os.path.join(BENCH, "resize"))
 import bench_resize as br  # noqa: E402  (one home for driving the launcher locally)
 from localjob import host_pids  # noqa: E402  (on sys.path through bench_resize)
