@@ -30,9 +30,10 @@ import time
 from ..contract.protocol import CMD_LEAVE, CMD_REGROUP
 from ..contract.shared_volume import clear_stop_request
 from .generation import Generation, clean_int
+from .ports import free_port
 from .proc import reap
 from .restart import Restart
-from .torchenv import free_port, torch_worker_env
+from .torchenv import torch_worker_env
 
 IN_PLACE_REASONS = ("resize", "drain")      # a shutdown's stop still checkpoints and exits
 LEAVE_GRACE_S = 5.0                         # a removed worker exits by itself within this, else it is ended

@@ -25,9 +25,10 @@ import time
 from ..contract.protocol import stop_command
 from ..contract.shared_volume import clear_stop_request
 from .generation import Generation
+from .ports import free_port
 from .proc import Proc, reap
 from .spares import server_hosts
-from .torchenv import free_port, torch_worker_env
+from .torchenv import torch_worker_env
 from .transport import worker_argv
 
 PLAIN_ALIVE_S = 1.0         # a torchrun script's wrapper says "alive" this often
