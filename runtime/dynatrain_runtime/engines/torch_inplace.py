@@ -33,6 +33,7 @@ import datetime
 import json
 import math
 import os
+import signal
 import threading
 import time
 import zlib
@@ -41,6 +42,7 @@ from .torch import DEFAULT_TIMEOUT, TIMEOUT_VAR, wait_for_store
 
 CHUNK_BYTES = int(os.environ.get("DT_CHUNK_BYTES", str(32 << 20)))   # one chunk of the state transfer
 CORRUPT_VAR = "DT_TEST_CORRUPT_CHUNK"   # tests: this chunk index goes out damaged once ("i:2": twice, refused)
+DIE_SENDING_VAR = "DT_TEST_DIE_SENDING"  # tests: "HOST:N" -- that host's worker is killed once it posted N chunks
 ACK_OK, ACK_FAILED = 0, 2
 
 
@@ -508,6 +510,13 @@ def _maybe_corrupt(index, data):
     return bad
 
 
+def _maybe_die_sending(posted):
+    """The test hook: ``DT_TEST_DIE_SENDING=HOST:N`` kills HOST's worker once it has posted N chunks (a holder
+    lost in the middle of a transfer)."""
+    if os.environ.get(DIE_SENDING_VAR) == f"{os.environ.get('DT_WORKER_IP')}:{posted}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _send_chunks(dist, stream, mine, receiver, group):
     """A holder's chunks to ``receiver``, pipelined: every chunk and its ``[size, adler32]`` go out at once (the
     next checksum computed while the earlier chunks travel); then the receiver's list of refused chunks, each
@@ -520,6 +529,7 @@ def _send_chunks(dist, stream, mine, receiver, group):
         sent[index] = (data, check)
         works.append(dist.isend(_maybe_corrupt(index, data), receiver, group=group))
         works.append(dist.isend(check, receiver, group=group))
+        _maybe_die_sending(len(sent))
     for work in works:
         work.wait()
     count = torch.zeros(1, dtype=torch.int64)

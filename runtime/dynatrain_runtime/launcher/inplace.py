@@ -37,6 +37,9 @@ from .torchenv import torch_worker_env
 
 IN_PLACE_REASONS = ("resize", "drain")      # a shutdown's stop still checkpoints and exits
 LEAVE_GRACE_S = 5.0                         # a removed worker exits by itself within this, else it is ended
+# A regroup that fails on a peer's connection is most often that peer's death, which the launcher sees a poll
+# later: the blame waits this long for a member's exit before it falls on the whole group.
+BLAME_GRACE_S = 1.0
 
 
 def resize_mode(setting, engine, script_api, procs, gpus=0):
@@ -70,6 +73,7 @@ class InPlaceGeneration(Generation):
         self.epoch = epoch
         self.regroup_timeout = regroup_timeout
         self.regroup_failed = {}            # host -> why its regroup failed
+        self.regroup_failed_at = None       # monotonic: the first such report
         self.transfer = {}                  # host -> the transfer stats of its "regrouped" heartbeat
         self.pids = {}                      # host -> its training process (a survivor's: the same as before)
         self.paused_at = paused_at          # monotonic: the old group's boundary (or the failure's detection)
@@ -79,6 +83,8 @@ class InPlaceGeneration(Generation):
         state = msg.get("state")
         if state == "regroup_failed":
             self.regroup_failed[proc.host] = f"in-place regroup failed on {proc.host}: {str(msg.get('error'))[:300]}"
+            if self.regroup_failed_at is None:
+                self.regroup_failed_at = time.monotonic()
         elif state == "regrouped" and isinstance(msg.get("transfer"), dict):
             self.transfer[proc.host] = msg["transfer"]
             if isinstance(msg.get("pid"), int) and not isinstance(msg.get("pid"), bool):
@@ -110,8 +116,9 @@ class InPlaceGeneration(Generation):
 
     def exited_badly(self, now, master):
         failed = super().exited_badly(now, master)
-        if self.regroup_failed and not failed:
-            # whose fault is unknown: blamed on the master, who is never dropped (nobody leaves the log)
+        if self.regroup_failed and not failed and now - self.regroup_failed_at >= BLAME_GRACE_S:
+            # no member died: whose fault is unknown, blamed on the master, who is never dropped (nobody
+            # leaves the log). A member that died meanwhile is the failure instead (its host leaves, FAILED).
             failed[master] = "; ".join(sorted(self.regroup_failed.values()))
         return failed
 

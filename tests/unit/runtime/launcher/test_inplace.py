@@ -294,6 +294,42 @@ def test_a_regroup_that_fails_falls_back_to_the_restart_path_from_a_survivors_st
     committed_once(meta)
 
 
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_a_holder_killed_while_it_sends_the_joiner_its_chunks_costs_the_job_only_that_worker(
+        tmp_path, torch_python, digits_npz, overlap):
+    """B joins A and M; A dies once it has posted 3 of its chunks (many small ones), behind the first step at world
+    3 (the default) or before it (DT_JOIN_OVERLAP=0). The joiner's failed receive reaches the launcher before A's
+    exit: A's death, not the group, is the failure (FAILED A, A dropped), and M's boundary state carries the job on
+    with B (B's half-filled buffer never becomes its state; before the group's first step the fallback is the
+    restart path from M's snapshot): every sample once per epoch, the DT log exact -- B is ADDED when it trains."""
+    efs = str(tmp_path)
+    write_hosts(efs, [A, M])
+    run = LauncherRun(efs, torch_python, digits_npz,
+                      EPOCHS + ["--epochs", "8", "--step-sleep", "0.05", "--checkpoint-every", "0"],
+                      launcher_args=INPLACE + ["--env", "DT_TEST_DIE_SENDING=%s:3" % A, "--env", "DT_CHUNK_BYTES=4096",
+                                               "--env", "DT_JOIN_OVERLAP=" + overlap],
+                      port_base=23800 + 50 * int(overlap))
+    try:
+        write_warm_request(JobFiles(efs), B)
+        wait_for(lambda: len(log_lines(efs)) >= 2, 90, "initial ADDED lines", proc=run.proc)
+        settle(efs, 1, 60, 60, run.proc)
+        write_hosts(efs, [A, B, M])                  # A dies sending B its part of the state
+        wait_for(lambda: len(log_lines(efs)) >= 4, 120, "FAILED", proc=run.proc)
+        rc = run.wait(240)
+        assert rc == 0, run.tail()
+    finally:
+        run.close()
+    assert [l[1:3] for l in log_lines(efs)] == [["ADDED", A], ["ADDED", M], ["FAILED", A], ["ADDED", B]]
+    failed = [e for e in events(efs) if e["event"] == "worker_failed"]
+    assert [(e["ip"], e["dropped"]) for e in failed] == [(A, True)], failed
+    last = resize_ends(efs)[-1]
+    assert last["world"] == 2 and last["removed"] == [A] and last["recomputed_steps"] <= 1, last
+    meta = latest_meta(efs)
+    audit_ok(meta, epochs=8)
+    committed_once(meta)
+    assert {r["world"] for r in meta["audit"]["steps"]} >= {2}
+
+
 def test_the_metrics_show_the_bytes_moved_and_the_pause_of_in_place_changes():
     from dynatrain_runtime.launcher.metrics import Metrics
     m = Metrics()
