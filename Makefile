@@ -56,7 +56,7 @@ wheelhouse: venv
 	$(LC) wheelhouse
 
 # The torch engine's node wheels (dt_engine=torch: PyTorch's CPU build, 192 MB, and its pins), beside
-# the wheelhouse's: only for what asks for them (a torch cluster, tests/e2e/test_torch_engine.py),
+# the wheelhouse's: only for what asks for them (a torch cluster, the torch molecule scenario),
 # so make setup's MXNet path does not grow. Idempotent (nothing is downloaded twice).
 .PHONY: wheelhouse-torch
 wheelhouse-torch: venv

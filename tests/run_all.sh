@@ -71,8 +71,8 @@ scenarios() {
 
 # --timeout: a hung test fails with its traceback; --durations: where the stage's time went.
 unit() { python -m pytest tests/unit -q -p no:cacheprovider --timeout=900 --durations=25; }
-# Every e2e module on the local cloud, the torch engine's lifecycle (tests/e2e/test_torch_engine.py,
-# ~375 s here) included: one after the other in the cloud lane.
+# Every e2e module on the local cloud, the torch engine's lifecycle (tests/e2e/test_torch_engine.py)
+# included: one after the other in the cloud lane.
 e2e() { python -m pytest tests/e2e -q -p no:cacheprovider -x --durations=10; }
 molecule_cloud() { DT_MOLECULE_SCENARIOS="$(scenarios cloud)" bash tests/molecule.sh; }
 # role_scenarios: the role scenarios this lane takes (mkdir of tests/output/claims/NAME: the first lane
@@ -121,9 +121,10 @@ join_lanes() {
 
 # The torch engine's node wheels (python -m localcloud wheelhouse --engine torch: PyTorch's CPU build,
 # 192 MB; nothing when present), fetched once before the stages that use them. The torch molecule
-# scenario and tests/e2e/test_torch_engine.py ask for them too, but fetched then they would arrive in
-# the controller wheelhouse while another e2e module runs, and its wheel names are part of a baked
-# image's recipe: an image baked before they arrived would be stale for that module's next bootstrap.
+# scenario asks for them too, but fetched then they would arrive in the controller wheelhouse while an
+# e2e module runs, and its wheel names are part of a baked image's recipe: an image baked before they
+# arrived would be stale for that module's next bootstrap. (The torch e2e starts from a copy of the
+# wheelhouse without them: its bootstrap builds them on demand.)
 if selected molecule || selected e2e; then
   python -m localcloud wheelhouse --engine torch || overall=1
 fi

@@ -129,3 +129,30 @@ def resizes(job, reason):
     resize's end at the new group's first step, after its status and its log already name the new membership:
     wait for this, not for them, before reading one."""
     return [e for e in job.events() if e.get("event") == "resize_end" and e.get("reason") == reason]
+
+
+def _projects(req_file):
+    with open(req_file, encoding="utf-8") as fh:
+        return {re.sub(r"[-_.]+", "_", m.group(1)).lower() for m in
+                (re.match(r"^([A-Za-z0-9_.\-]+)==", line.split("#", 1)[0].strip()) for line in fh) if m}
+
+
+@pytest.fixture
+def setup_wheelhouse(tmp_path):
+    """The wheelhouse `make setup` leaves (MXNet's wheels and the node runtime, none of PyTorch's): the
+    checkout's, less the wheels only PyTorch needs, as hard links (the checkout's own is never changed).
+    A playbook is pointed at it with -e dt_wheelhouse_controller_dir."""
+    source = os.path.join(ROOT, ".localcloud", "wheelhouse")
+    torch_only = _projects(os.path.join(ROOT, "requirements-node-torch.txt"))
+    torch_only -= _projects(os.path.join(ROOT, "requirements-node.txt"))
+    dest = tmp_path / "wheelhouse"
+    dest.mkdir()
+    for name in os.listdir(source):
+        if name.endswith(".whl") and re.sub(r"[-_.]+", "_", name.split("-", 1)[0]).lower() not in torch_only:
+            try:
+                os.link(os.path.join(source, name), dest / name)
+            except OSError:  # another file system than the checkout's
+                shutil.copy2(os.path.join(source, name), dest / name)
+    assert not list(dest.glob("torch-*.whl"))
+    assert list(dest.glob("mxnet-*.whl")) and list(dest.glob("dynatrain_runtime-*.whl"))
+    return dest

@@ -1,12 +1,17 @@
-"""Issue 26 end to end on the local cloud with the PyTorch engine (`-e dt_engine=torch`), one cluster
-lifecycle: bake the node image for the torch engine (/etc/dynatrain/baked.json says so), bootstrap a
-master and two base workers from it, then while the job trains add a worker (`add_workers -e count=1`,
-without naming the engine: the cluster keeps its own), remove it (`remove_workers -e count=1`), kill a
-base worker's container (its loss is logged FAILED and the job resumes from a survivor's snapshot), and
-drain the other on a spot notice (`localcloud interrupt`, nothing recomputed); end the job with
-`train.yml` (again without the engine). host_worker_log holds exactly the expected lines in DT's layout,
-no sample is skipped or repeated within an epoch across the resizes, accuracy >= 0.9, status.json and
-the launcher's events name the torch engine, and status.yml shows it. Teardown at the end.
+"""Issues 26 and 43 end to end on the local cloud with the PyTorch engine (`-e dt_engine=torch`), one cluster
+lifecycle, started right after the MXNet setup (the conftest's setup_wheelhouse: the wheelhouse `make setup`
+leaves, none of PyTorch's wheels): bootstrap a master and two base workers -- its preflight builds PyTorch's
+wheels on the controller before the first cloud call and says so, and with no torch image yet
+(dt_node_image=auto, the default) it bakes one beside the running job and points the worker template at it;
+then while the job trains add a worker (`add_workers -e count=1`, without naming the engine: the cluster keeps
+its own; it boots the baked image, /etc/dynatrain/baked.json says so), remove it (`remove_workers -e count=1`),
+kill a base worker's container (its loss is logged FAILED and the job resumes from a survivor's snapshot), and
+drain the other on a spot notice (`localcloud interrupt`, nothing recomputed); end the job with `train.yml`
+(again without the engine). host_worker_log holds exactly the expected lines in DT's layout, no sample is
+skipped or repeated within an epoch across the resizes, accuracy >= 0.9, status.json and the launcher's events
+name the torch engine, and status.yml shows it. Then the README's own-script path as typed: a torchrun script
+copied to every node with `ansible`, a new job with it through train.yml, `status.yml -e plot=true`, and
+teardown.yml.
 Issue 41: the add and the removal happen in place (the helper API's default on CPU): every survivor's
 training process is the same before and after both, no checkpoint is written for either, and the joiner's
 state comes from its peers (bytes moved); the restart path is the MXNet e2e's (test_elastic.py).
@@ -21,7 +26,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, demo, playbook, resizes, task_results
+from conftest import ROOT, demo, playbook, resizes, task_results, user_env
 
 from dynatrain_runtime import CheckpointStore, audit_check  # the runtime wheel (make runtime)
 
@@ -81,12 +86,25 @@ def _log(job):
     return [(int(m.group(1)), m.group(2), m.group(3)) for m in parsed]
 
 
-def _run_ok(env, name, extra):
+def _run_ok(env, common, name, extra):
     t0 = time.monotonic()
-    rc, out = playbook(env, name, dict(NET, **extra))
+    rc, out = playbook(env, name, dict(common, **extra))
     assert rc == 0, "%s failed:\n%s" % (name, out[-5000:])
     print("%s: %.0f s" % (name, time.monotonic() - t0), flush=True)
     return out
+
+
+def _built(out):
+    """Whether a playbook's preflight ran the wheelhouse builder (its task changed, not skipped)."""
+    runs = out.split("TASK [Build on the controller the engine's node wheels")[1:]
+    return any("changed: [" in run.split("\nTASK [")[0] for run in runs)
+
+
+def _worker_template_image(env):
+    """The image the cluster's on-demand worker launch template boots (its default version)."""
+    (version,) = _boto(env, "ec2").describe_launch_template_versions(
+        LaunchTemplateName=CLUSTER + "-worker", Versions=["$Default"])["LaunchTemplateVersions"]
+    return version["LaunchTemplateData"]["ImageId"]
 
 
 def _on_node(env, instance_id, *argv):
@@ -108,29 +126,29 @@ def _training_pids(env, instance_id):
     return {int(p) for p in out.split()}
 
 
-def test_torch_engine_end_to_end(cloud):
+def test_torch_engine_end_to_end(cloud, setup_wheelhouse, tmp_path):
     env = cloud
-    # the torch wheels are fetched only when asked for (make setup's wheelhouse is MXNet's)
-    subprocess.run([sys.executable, "-m", "localcloud", "wheelhouse", "--engine", "torch"], cwd=ROOT, env=env,
-                   check=True, timeout=900)
+    common = dict(NET, dt_wheelhouse_controller_dir=str(setup_wheelhouse))  # every playbook's -e
     try:
-        # bake_image: a node image for the torch engine (its recipe names the engine)
-        out = _run_ok(env, "bake_image", ENGINE)
-        images = _boto(env, "ec2").describe_images(Owners=["self"], Filters=[
-            {"Name": "tag:dynatrain:engine", "Values": ["torch"]}])["Images"]
-        assert images, out[-3000:]
-        baked = {i["ImageId"] for i in images}
-
-        _run_ok(env, "bootstrap", dict(ENGINE, worker_count=2, dt_train_script_args=_train(EPOCH_BUDGET) + SLOW))
+        out = _run_ok(env, common, "bootstrap",
+                      dict(ENGINE, worker_count=2, dt_train_script_args=_train(EPOCH_BUDGET) + SLOW))
+        # issue 43: the preflight built what the engine needs, before the first cloud call, and said so
+        assert _built(out), out[-5000:]
+        assert out.index("Build on the controller the engine's node wheels") < out.index("Check the vCPU quotas")
+        assert list(setup_wheelhouse.glob("torch-2.13.0+cpu-*.whl"))
+        # dt_node_image=auto (the default), no torch image yet: the bootstrap baked one beside the running job
+        # and pointed the worker launch template at it
+        assert "Baked the node image" in out and "the node image bake failed" not in out, out[-5000:]
+        baked = {i["ImageId"] for i in _boto(env, "ec2").describe_images(Owners=["self"], Filters=[
+            {"Name": "tag:dynatrain:engine", "Values": ["torch"]}])["Images"]}
+        assert _worker_template_image(env) in baked, baked
         job = _job(env)
         efs = job.efs_dir()
         nodes = _nodes(env)
-        assert {n["image"] for n in nodes.values()} <= baked, nodes
+        assert not {n["image"] for n in nodes.values()} & baked, nodes  # booted before the image existed
         master = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:role") == "master"][0]
         base = sorted(ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "base")
         assert len(base) == 2, nodes
-        marker = _on_node(env, nodes[master]["id"], "cat", "/etc/dynatrain/baked.json")
-        assert '"engine": "torch"' in marker.stdout and '"torch": true' in marker.stdout, marker
         job.wait_for("training to start", lambda: job.status().get("step", 0) > 0, 300)
         assert job.status()["engine"] == "torch"
         starts = [e for e in job.events() if e.get("event") == "launcher_start"]
@@ -141,10 +159,14 @@ def test_torch_engine_end_to_end(cloud):
         # (issue 41: in place, the survivors' training processes stay: their pids are read before the add)
         before = {ip: _training_pids(env, nodes[ip]["id"]) for ip in base + [master]}
         assert all(before.values()), before
-        out = _run_ok(env, "add_workers", {"count": 1})
+        out = _run_ok(env, common, "add_workers", {"count": 1})
+        assert not _built(out)  # nothing to build a second time
         nodes = _nodes(env)
         (added,) = [ip for ip, n in nodes.items() if n["tags"].get("dynatrain:group") == "elastic"]
         assert nodes[added]["tags"]["elastic_worker_status"] == "ADDED"
+        assert nodes[added]["image"] in baked, nodes[added]
+        marker = _on_node(env, nodes[added]["id"], "cat", "/etc/dynatrain/baked.json")
+        assert '"engine": "torch"' in marker.stdout and '"torch": true' in marker.stdout, marker
         # issue 28: a worker from the torch image is configured in one module run (the torch role's plan: venv current)
         assert task_results(out, "Apply the plans in one module run") == {added: "changed"}, out[-5000:]
         assert _log(job)[-1][1:] == ("ADDED", added)
@@ -160,7 +182,7 @@ def test_torch_engine_end_to_end(cloud):
         assert add["bytes_moved"] > 0, add
 
         # remove the newest elastic worker
-        _run_ok(env, "remove_workers", {"count": 1})
+        _run_ok(env, common, "remove_workers", {"count": 1})
         nodes = _nodes(env)
         assert nodes[added]["tags"]["elastic_worker_status"] == "REMOVED"
         assert nodes[added]["state"] in ("shutting-down", "terminated")
@@ -170,6 +192,15 @@ def test_torch_engine_end_to_end(cloud):
         remove = _change(job, "removed", added)[-1]
         assert remove["mode"] == "in-place" and remove["checkpoint_written"] is False, remove
         assert all(remove["pids"][ip] == add["pids"][ip] for ip in before), (remove["pids"], add["pids"])
+
+        # the README's own-script path, its first half as typed while every node answers (the killed and drained
+        # ones below would be unreachable): the script at one path on every node; its job runs at the end
+        proc = subprocess.run(
+            "ansible dt_cluster_%s -e dt_cluster_name=%s -b -m ansible.builtin.copy "
+            "-a 'src=benchmarks/torch/torchrun_digits.py dest=/opt/dynatrain/scripts/ mode=0644'"
+            % (CLUSTER, CLUSTER), shell=True, cwd=ROOT, env=user_env(), capture_output=True, text=True,
+            timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
         # kill a base worker's container outright: FAILED, the job resumes from a survivor's snapshot
         # (of a generation that trains: not one still starting after the removal, which has none yet)
@@ -203,7 +234,7 @@ def test_torch_engine_end_to_end(cloud):
         assert not job.final(), "the job finished before the last membership change"
         epochs = job.status().get("epoch", 0) + TAIL_EPOCHS
         restarted_at = time.time()
-        _run_ok(env, "train", {"train_state": "restarted", "dt_train_script_args": _train(epochs)})
+        _run_ok(env, common, "train", {"train_state": "restarted", "dt_train_script_args": _train(epochs)})
         final = job.wait_for("the job to finish", job.final, 600)
         restart = [e for e in job.events() if e.get("event") == "launcher_start" and e["time"] >= restarted_at]
         assert restart and restart[-1]["engine"] == "torch", restart
@@ -221,8 +252,19 @@ def test_torch_engine_end_to_end(cloud):
         assert {r["world"] for r in meta["audit"]["steps"]} >= {1, 2, 3, 4}
         assert job.status()["engine"] == "torch"
 
-        out = _run_ok(env, "status", {})
+        # the README's own-script path, as typed (its script copied above): a new job with it (a torchrun script,
+        # unchanged), then the status with its timeline
+        fresh_at = time.time()
+        _run_ok(env, common, "train", {"train_fresh": True, "dt_job_name": "own",
+                                       "dt_train_script": "/opt/dynatrain/scripts/torchrun_digits.py",
+                                       "dt_train_script_api": "torchrun", "dt_train_script_args": "--epochs 2"})
+        # (train_fresh moved the first job's status and events under runs/: these are the new job's)
+        job.wait_for("the torchrun script's job to finish", lambda: job.status().get("state") == "finished" and any(
+            e.get("event") == "launcher_start" and e["time"] >= fresh_at for e in job.events()), 300)
+        plot = tmp_path / "timeline.png"
+        out = _run_ok(env, common, "status", {"plot": True, "plot_path": str(plot)})
         assert re.search(r"job: finished\s+engine torch\s+epoch", out), out[-3000:]
+        assert plot.stat().st_size > 0
     finally:
-        rc, out = playbook(env, "teardown", NET)
+        rc, out = playbook(env, "teardown", common)
         assert rc == 0, out[-3000:]
