@@ -36,8 +36,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize  # noqa: E402  (one home for the launcher/plain runners)
 
 
-def measure(py, data, model, epochs, repeat, port):
-    """Alternating elastic and plain runs; a failed run is reported and left out, not the whole table."""
+def measure(py, data, model, epochs, repeat, port, launcher_args=()):
+    """Alternating elastic and plain runs; a failed run is reported and left out, not the whole table.
+    ``launcher_args``: more options of the elastic runs' launcher (``--no-warm-spares``: every epoch after the
+    first counts, there are no spares to wait for)."""
+    steady = "--no-warm-spares" not in launcher_args
     runs = {"elastic": [], "plain": []}
     failed = []
     for i in range(repeat):
@@ -45,7 +48,8 @@ def measure(py, data, model, epochs, repeat, port):
             try:
                 if kind == "elastic":
                     value = bench_resize.elastic_throughput(py, data, port + 2 * i, epochs,
-                                                            ["--model", model, "--eval-every", "0"], steady=True)
+                                                            ["--model", model, "--eval-every", "0"], launcher_args,
+                                                            steady=steady)
                 else:
                     value = bench_resize.plain_throughput(py, data, port + 2 * i + 1 + 400, epochs, ["--model", model])
             except bench_resize.RunFailed as exc:
@@ -67,6 +71,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs per model and kind; the median is printed")
     ap.add_argument("--resizes", type=int, default=6, help="resizes to time (alternating up/down), 0 = none")
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
+    ap.add_argument("--launcher-arg", action="append", default=[], metavar="OPTION",
+                    help="one more option of the elastic runs' launcher, e.g. --launcher-arg=--no-warm-spares")
     args = ap.parse_args()
     data = bench_resize.prepare_digits(args.python)
     models = args.models.split(",")
@@ -76,7 +82,7 @@ def main():
     res = {}
     try:
         for n, model in enumerate(models):
-            res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n)
+            res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n, args.launcher_arg)
             res[model]["epochs"] = epochs[n]
         try:
             resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
@@ -87,8 +93,8 @@ def main():
     finally:
         shutil.rmtree(os.path.dirname(data), ignore_errors=True)
     print("")
-    print("elastic launcher vs plain dist_sync (2 workers, local transport, %d cores, median of %d runs)"
-          % (os.cpu_count(), args.repeat))
+    print("elastic launcher vs plain dist_sync (2 workers, local transport, %d cores, median of %d runs%s)"
+          % (os.cpu_count(), args.repeat, "; the launcher with " + " ".join(args.launcher_arg) if args.launcher_arg else ""))
     print("%-8s %7s %18s %18s %8s" % ("model", "epochs", "elastic samples/s", "plain samples/s", "ratio"))
     print("-" * 64)
     for model, r in res.items():
