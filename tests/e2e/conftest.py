@@ -26,6 +26,12 @@ import demo  # noqa: E402  (scripts/demo.py: one home for driving the playbooks)
 CLUSTERS = {}
 
 
+def pytest_collection_modifyitems(items):
+    """The IAM check (test_iam_calls.py) compares the controller's policy with every call the e2e made: it runs
+    after every other e2e test, whatever the files' names (the others keep their order)."""
+    items.sort(key=lambda item: item.path.name == "test_iam_calls.py")
+
+
 def _podman_ready():
     env = dict(os.environ, CONTAINERS_CONF=os.path.join(ROOT, "localcloud", "containers.conf"))
     try:

@@ -1,6 +1,6 @@
 """Issue 12: the controller's IAM policy is least privilege, proven by the calls the e2e made.
 
-Runs after test_elastic.py in the same session (files run in name order). The local
+Runs last in the e2e session (the e2e conftest puts it after every other test). The local
 cloud recorded every AWS API call it served (localcloud/request_log.py); this test
 first tears the e2e's clusters down (so teardown's calls are in the record too; the
 session's clean-up then finds nothing left), then compares the actions the product made
