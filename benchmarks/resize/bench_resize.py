@@ -194,11 +194,17 @@ def end_all(procs, grace=10.0):
             p.wait()
 
 
+def ps_env(port):
+    """The environment of a 2-worker ``dist_sync`` job started by hand (scheduler and server on 127.0.0.91,
+    one OMP and engine thread per process, as the launcher's ``--omp-threads 1`` gives its processes)."""
+    return dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.91", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
+                DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
+
+
 def plain_throughput(py, data, port, epochs, script_args=(), timeout=300):
     """samples/s of the plain dist_sync job: rank 0's result line is read as it is printed, then the
     processes get a few seconds to exit and are ended (a run that sat at exit once lost a whole table)."""
-    base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.91", DMLC_PS_ROOT_PORT=str(port), DMLC_NUM_SERVER="1",
-                DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
+    base = ps_env(port)
     procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
              for r in ("scheduler", "server")]
     workers = [subprocess.Popen([py, os.path.join(HERE, "plain_digits.py"), "--data", data, "--epochs", str(epochs)]
@@ -212,6 +218,41 @@ def plain_throughput(py, data, port, epochs, script_args=(), timeout=300):
     if result is None:
         raise RunFailed("benchmark: the plain dist_sync run printed no result within %d s" % timeout)
     return result["samples_per_s"]
+
+
+def helper_throughput(py, data, port, epochs, script_args=(), timeout=300):
+    """samples/s of the example under the helper API started as the plain job is, without the launcher: the
+    scheduler and server ``import mxnet``, two workers running ``dynatrain_runtime.examples.train_digits`` with
+    the ``DMLC_*`` and ``DT_*`` environment the launcher would give them (survivor recovery on), no wrappers,
+    no spares, no stdin messages.  Epochs after the first, from rank 0's ``epoch`` records.  It tells the
+    helper's own cost (against plain) from the launcher's (against the elastic run)."""
+    efs = tempfile.mkdtemp(prefix="dtbench-helper-")
+    base = ps_env(port)
+    procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
+             for r in ("scheduler", "server")]
+    files = shared_volume.JobFiles(efs)
+    workers = []
+    try:
+        for ip in ("127.0.0.92", "127.0.0.91"):
+            env = dict(base, DMLC_ROLE="worker", DMLC_NODE_HOST=ip, EFS_MOUNT=efs, DT_WORKER_IP=ip, DT_ENGINE="mxnet",
+                       DT_EVENTS=files.events, DT_CHECKPOINT_DIR=os.path.join(efs, "checkpoints"), DT_RESIZE_AT="step",
+                       DT_MASTER_IP="127.0.0.91", DT_RECOVERY="survivor", PYTHONUNBUFFERED="1")
+            workers.append(subprocess.Popen([py, "-m", "dynatrain_runtime.examples.train_digits", "--data", data,
+                                             "--epochs", str(epochs), "--checkpoint-every", "0"] + list(script_args),
+                                            env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.STDOUT))
+        deadline = time.time() + timeout
+        for w in workers:
+            w.wait(max(1.0, deadline - time.time()))
+        ep = [e for e in events(efs) if e["event"] == "epoch"]
+        if len(ep) < 3:
+            raise RunFailed("benchmark: the helper-alone run logged %d epochs (raise --epochs)" % len(ep))
+        return sum(e["samples"] for e in ep[1:]) / (ep[-1]["time"] - ep[0]["time"])
+    except subprocess.TimeoutExpired as exc:
+        raise RunFailed("benchmark: the helper-alone run did not end within %d s" % timeout) from exc
+    finally:
+        end_all(workers + procs, grace=2.0)
+        shutil.rmtree(efs, ignore_errors=True)
 
 
 def prepare_digits(python):

@@ -11,6 +11,10 @@ data), and prints samples/s and the ratio.  Runs alternate (elastic, plain, elas
 
     python benchmarks/throughput/bench_throughput.py [--python .localcloud/node-venv/bin/python] [--resizes 6]
 
+With ``--helper-alone`` a third kind alternates with them: the same example under the helper API started as the
+plain job is, without the launcher (no wrappers, no spares), printed under the elastic figure: where a gap is,
+in the helper's process or in the launcher's.
+
 With ``--resizes N`` (default 6, 0 = none) the same run also measures the resize latency of
 ``benchmarks/resize`` (``--resize-at step``, 2 <-> 3 workers, p50 of N alternating up/down).
 
@@ -36,20 +40,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "resize"))
 import bench_resize  # noqa: E402  (one home for the launcher/plain runners)
 
 
-def measure(py, data, model, epochs, repeat, port, launcher_args=()):
+def measure(py, data, model, epochs, repeat, port, launcher_args=(), helper_alone=False):
     """Alternating elastic and plain runs; a failed run is reported and left out, not the whole table.
     ``launcher_args``: more options of the elastic runs' launcher (``--no-warm-spares``: every epoch after the
-    first counts, there are no spares to wait for)."""
+    first counts, there are no spares to wait for); ``helper_alone``: a third kind, the example under the helper
+    API without the launcher (``bench_resize.helper_throughput``)."""
     steady = "--no-warm-spares" not in launcher_args
-    runs = {"elastic": [], "plain": []}
+    kinds = ("elastic", "helper", "plain") if helper_alone else ("elastic", "plain")
+    runs = {kind: [] for kind in kinds}
     failed = []
     for i in range(repeat):
-        for kind in ("elastic", "plain"):
+        for kind in kinds:
             try:
                 if kind == "elastic":
                     value = bench_resize.elastic_throughput(py, data, port + 2 * i, epochs,
                                                             ["--model", model, "--eval-every", "0"], launcher_args,
                                                             steady=steady)
+                elif kind == "helper":
+                    value = bench_resize.helper_throughput(py, data, port + 2 * i + 1 + 800, epochs,
+                                                           ["--model", model, "--eval-every", "0"])
                 else:
                     value = bench_resize.plain_throughput(py, data, port + 2 * i + 1 + 400, epochs, ["--model", model])
             except bench_resize.RunFailed as exc:
@@ -58,8 +67,7 @@ def measure(py, data, model, epochs, repeat, port, launcher_args=()):
                 continue
             runs[kind].append(value)
     median = {k: (statistics.median(v) if v else float("nan")) for k, v in runs.items()}
-    return {"elastic": median["elastic"], "plain": median["plain"], "elastic_runs": runs["elastic"],
-            "plain_runs": runs["plain"], "failed": failed}
+    return dict(median, **{kind + "_runs": runs[kind] for kind in kinds}, failed=failed)
 
 
 def main():
@@ -73,6 +81,9 @@ def main():
     ap.add_argument("--json", action="store_true", help="also print the raw figures as JSON")
     ap.add_argument("--launcher-arg", action="append", default=[], metavar="OPTION",
                     help="one more option of the elastic runs' launcher, e.g. --launcher-arg=--no-warm-spares")
+    ap.add_argument("--helper-alone", action="store_true",
+                    help="also run the example under the helper API without the launcher (its own row): "
+                         "the helper's cost against plain, the launcher's against elastic")
     args = ap.parse_args()
     data = bench_resize.prepare_digits(args.python)
     models = args.models.split(",")
@@ -82,7 +93,8 @@ def main():
     res = {}
     try:
         for n, model in enumerate(models):
-            res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n, args.launcher_arg)
+            res[model] = measure(args.python, data, model, epochs[n], args.repeat, 20100 + 20 * n, args.launcher_arg,
+                                 args.helper_alone)
             res[model]["epochs"] = epochs[n]
         try:
             resizes = bench_resize.resize_latencies(args.python, data, "step", args.resizes, 20300, 0.02) \
@@ -100,6 +112,10 @@ def main():
     for model, r in res.items():
         ratio = r["elastic"] / r["plain"] if r["plain"] == r["plain"] and r["plain"] else float("nan")
         print("%-8s %7d %18.0f %18.0f %8.2f" % (model, r["epochs"], r["elastic"], r["plain"], ratio))
+        if "helper" in r:
+            print("%-8s %7s %18.0f %18s %8.2f  (the helper without the launcher)"
+                  % ("", "", r["helper"], "", r["helper"] / r["plain"] if r["plain"] == r["plain"] and r["plain"]
+                     else float("nan")))
         for line in r["failed"]:
             print("    (left out) " + line)
     if resizes:
