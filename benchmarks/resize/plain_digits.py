@@ -14,6 +14,7 @@ import numpy as np
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
+from dynatrain_runtime.engines.denormals import flush_denormals
 from dynatrain_runtime.script.elastic import init_trainer_kvstore
 from dynatrain_runtime.examples.digits_common import MODELS
 from dynatrain_runtime.examples.mxnet_digits import build_net, forward_eval
@@ -25,7 +26,11 @@ ap.add_argument("--global-batch", type=int, default=64)
 ap.add_argument("--lr", type=float, default=0.1)
 ap.add_argument("--seed", type=int, default=42)
 ap.add_argument("--model", choices=MODELS, default="mlp")
+ap.add_argument("--keep-denormals", action="store_true",
+                help="as a plain script is written; by default denormals are flushed, as the runtime's MXNet workers do")
 args = ap.parse_args()
+if not args.keep_denormals:
+    flush_denormals()                           # the same numerics as the elastic workers (engines/denormals.py)
 
 with np.load(args.data) as d:
     x, y = d["x"].astype("float32"), d["y"].astype("float32")

@@ -21,6 +21,7 @@ import json
 import os
 
 from . import devices
+from .denormals import flush_denormals
 from .snapshot import Snapshot, boundary_meta
 
 STATS_KEY = 999983         # int kvstore key of the metrics vector (Trainer uses 0..n-1)
@@ -42,6 +43,7 @@ class MXNetEngine:
     def __init__(self, kvstore="dist_sync"):
         import mxnet as mx  # noqa: E402 (lazy: the pure parts of the runtime must not need MXNet)
         self.mx = mx
+        flush_denormals()        # before the first operation starts MXNet's engine threads (they inherit it)
         distributed = "DMLC_ROLE" in os.environ
         self.kv = mx.kv.create(kvstore if distributed else "local")
         self.rank, self.world = self.kv.rank, self.kv.num_workers
