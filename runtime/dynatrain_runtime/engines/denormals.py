@@ -29,12 +29,13 @@ _MXCSR_OFFSET, _FENV_SIZE = 28, 32  # glibc's x86-64 fenv_t: the x87 environment
 def flush_denormals():
     """Flush denormals to zero on this thread and the threads it starts; True when set.
 
-    False (nothing changed) where it does not apply or is turned off: not x86-64 Linux, no libm,
+    False (nothing changed) where it does not apply or is turned off: not x86-64 Linux with glibc,
     or ``DYNATRAIN_FLUSH_DENORMALS=0``.
     """
     if os.environ.get(FLAG_VAR, "1") == "0":
         return False
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64") \
+            or platform.libc_ver()[0] != "glibc":          # fenv_t's layout below is glibc's
         return False
     _cache_float_limits()
     name = ctypes.util.find_library("m")
