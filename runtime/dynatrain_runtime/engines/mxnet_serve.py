@@ -10,6 +10,7 @@ import os
 import sys
 
 from ..contract.protocol import emit, receive_assignment
+from .denormals import flush_denormals
 
 
 def main():
@@ -19,6 +20,7 @@ def main():
         print("dynatrain_runtime.engines.mxnet_serve runs under the launcher only (DT_ASSIGN=stdin)", file=sys.stderr)
         return 2
     emit("serving", role=os.environ.get("DMLC_ROLE"))
+    flush_denormals()       # a server runs the optimizer when the script's Trainer updates on the kvstore
     from mxnet.kvstore import kvstore_server
     kvstore_server._init_kvstore_server_module()   # runs the role's loop, then sys.exit()
     return 0
