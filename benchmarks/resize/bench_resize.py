@@ -135,6 +135,11 @@ def spares_ready(efs):
     return bool(st.get("spares_wanted")) and st.get("spares_ready", 0) >= st["spares_wanted"]
 
 
+def epoch_rate(ep):
+    """samples/s of the epochs after the first (warm) of rank 0's ``epoch`` records: between their ends."""
+    return sum(e["samples"] for e in ep[1:]) / (ep[-1]["time"] - ep[0]["time"])
+
+
 def elastic_throughput(py, data, port_base, epochs, script_args=(), launcher_args=(), steady=False):
     """Samples/s of a 2-worker run between epoch ends after the first one.
 
@@ -160,10 +165,7 @@ def elastic_throughput(py, data, port_base, epochs, script_args=(), launcher_arg
                 tail = handle.read()[-3000:].decode("utf-8", "replace")
             raise RunFailed("benchmark: the elastic run logged %d epochs%s (raise --epochs); launcher log tail:\n%s"
                             % (len(ep), " after its spares were warm" if steady else "", tail))
-        # epochs after the first (warm), time between consecutive epoch ends
-        n = sum(e["samples"] for e in ep[1:])
-        dt = ep[-1]["time"] - ep[0]["time"]
-        return n / dt
+        return epoch_rate(ep)
     finally:
         stop(proc)
         shutil.rmtree(efs, ignore_errors=True)
@@ -201,12 +203,17 @@ def ps_env(port):
                 DMLC_NUM_WORKER="2", OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PS_VERBOSE="0")
 
 
+def start_ps(py, base):
+    """The scheduler and the server of a job started by hand (``ps_env``): each a Python that imports MXNet."""
+    return [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
+            for r in ("scheduler", "server")]
+
+
 def plain_throughput(py, data, port, epochs, script_args=(), timeout=300):
     """samples/s of the plain dist_sync job: rank 0's result line is read as it is printed, then the
     processes get a few seconds to exit and are ended (a run that sat at exit once lost a whole table)."""
     base = ps_env(port)
-    procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
-             for r in ("scheduler", "server")]
+    procs = start_ps(py, base)
     workers = [subprocess.Popen([py, os.path.join(HERE, "plain_digits.py"), "--data", data, "--epochs", str(epochs)]
                                 + list(script_args),
                                 env=dict(base, DMLC_ROLE="worker", DMLC_NODE_HOST=ip), stdout=subprocess.PIPE)
@@ -228,8 +235,7 @@ def helper_throughput(py, data, port, epochs, script_args=(), timeout=300):
     helper's own cost (against plain) from the launcher's (against the elastic run)."""
     efs = tempfile.mkdtemp(prefix="dtbench-helper-")
     base = ps_env(port)
-    procs = [subprocess.Popen([py, "-c", "import mxnet"], env=dict(base, DMLC_ROLE=r, DMLC_NODE_HOST="127.0.0.91"))
-             for r in ("scheduler", "server")]
+    procs = start_ps(py, base)
     files = shared_volume.JobFiles(efs)
     workers = []
     try:
@@ -247,7 +253,7 @@ def helper_throughput(py, data, port, epochs, script_args=(), timeout=300):
         ep = [e for e in events(efs) if e["event"] == "epoch"]
         if len(ep) < 3:
             raise RunFailed("benchmark: the helper-alone run logged %d epochs (raise --epochs)" % len(ep))
-        return sum(e["samples"] for e in ep[1:]) / (ep[-1]["time"] - ep[0]["time"])
+        return epoch_rate(ep)
     except subprocess.TimeoutExpired as exc:
         raise RunFailed("benchmark: the helper-alone run did not end within %d s" % timeout) from exc
     finally:

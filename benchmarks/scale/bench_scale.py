@@ -52,7 +52,7 @@ def throughput(py, data, workers, servers, epochs, model, port_base, sample_cost
                 tail = handle.read()[-3000:].decode("utf-8", "replace")
             raise SystemExit("benchmark: %d workers, servers %s: rc %s, %d epochs; launcher log tail:\n%s"
                              % (workers, servers, proc.returncode, len(ep), tail))
-        return sum(e["samples"] for e in ep[1:]) / (ep[-1]["time"] - ep[0]["time"])
+        return bench_resize.epoch_rate(ep)
     finally:
         bench_resize.stop(proc)
         shutil.rmtree(efs, ignore_errors=True)

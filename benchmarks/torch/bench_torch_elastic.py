@@ -522,7 +522,7 @@ def ours_throughput(args, data, model, epochs, port_base, workdir):
         if len(ep) < 3:
             raise BenchError("ours: %d epochs after the spares were warm (raise --epochs)%s"
                              % (len(ep), last_line(log)))
-        return sum(e["samples"] for e in ep[1:]) / (ep[-1]["time"] - ep[0]["time"])
+        return br.epoch_rate(ep)
     finally:
         end_job(job, [proc])
         shutil.rmtree(efs, ignore_errors=True)
