@@ -8,7 +8,8 @@ MASTER_PORT from torchrun), DistributedDataParallel, an MLP 64-128-10 (or the ex
 per step, rank 0 checkpointing every ``--checkpoint-every`` steps with an atomic rename, and every start
 resuming from the newest checkpoint: a membership change restarts every worker, and the steps since that
 checkpoint are done again.  Nothing of dynatrain is imported: it runs unchanged under torchrun, or
-started directly with the same environment (the plain-DDP throughput baseline).
+started directly with the same environment (the plain-DDP throughput baseline).  It flushes denormals as the
+runtime's torch workers do (the same numerics; `--keep-denormals`: as a plain script is usually written).
 
 Data: the example's ``.npz`` (``dt-prepare-digits``) when ``--data`` names one, else ``load_digits``;
 the same train/validation split (seed permutation, 20 % validation) and, per epoch, one sample order
@@ -115,7 +116,12 @@ def main(argv=None):
     ap.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints (0 = none)")
     ap.add_argument("--checkpoint-dir", default=None, help="where rank 0 checkpoints (none: no checkpoints)")
     ap.add_argument("--timeline", default=None, help="rank 0 appends its start and step records here")
+    ap.add_argument("--keep-denormals", action="store_true",
+                    help="as a plain script is written; by default denormals are flushed, as the runtime's torch "
+                         "workers do (the same numerics)")
     args = ap.parse_args(argv)
+    if not args.keep_denormals:
+        torch.set_flush_denormal(True)                  # before gloo's threads start: they inherit it
 
     dist.init_process_group(backend="gloo")             # env:// (torchrun's environment)
     rank, world = dist.get_rank(), dist.get_world_size()

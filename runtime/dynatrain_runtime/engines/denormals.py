@@ -9,7 +9,9 @@ frameworks flush them (TensorFlow on its threads by default, PyTorch with
 ``torch.set_flush_denormal``); MXNet 1.9.1 has no switch.  ``flush_denormals`` sets the calling
 thread's FTZ and DAZ bits (x86-64 MXCSR, through glibc's ``fegetenv``/``fesetenv``); threads
 created afterwards inherit them (POSIX: a new thread inherits the floating-point environment),
-so it is called before the framework's first operation starts its engine threads.
+so it is called before the framework's first operation starts its engine threads: ``MXNetEngine`` and
+the ps-lite servers (``mxnet_serve``), and ``TorchEngine`` before its process group starts gloo's
+threads (the same bits ``torch.set_flush_denormal`` sets, on the threads the helper API's workers start).
 ``DYNATRAIN_FLUSH_DENORMALS=0`` in the job's environment keeps denormals.
 """
 

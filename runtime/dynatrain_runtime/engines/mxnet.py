@@ -111,7 +111,10 @@ class MXNetEngine:
         return 1.0
 
     def weighted_loss(self, per_sample, weights, scale=1.0):
-        loss = (per_sample * self.mx.nd.array(weights, ctx=per_sample.context)).sum()
+        if all(w == 1.0 for w in weights):    # the usual share, every sample once: no weight array to build
+            loss = per_sample.sum()
+        else:
+            loss = (per_sample * self.mx.nd.array(weights, ctx=per_sample.context)).sum()
         return loss * scale if scale != 1.0 else loss
 
     # ----------------------------------------------------------------- metrics

@@ -38,6 +38,7 @@ import time
 import weakref
 
 from . import devices
+from .denormals import flush_denormals
 from .snapshot import Snapshot, boundary_meta
 
 MODEL_FILE = "model.pt"
@@ -270,6 +271,7 @@ class TorchEngine:
         import torch
         import torch.distributed as dist
         self.torch, self.dist = torch, dist
+        flush_denormals()        # before the process group starts gloo's threads (they inherit it) and any op
         self.device = pick_device(torch)
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.distributed = under_torch_distributed() and dist.is_available()
@@ -343,6 +345,8 @@ class TorchEngine:
 
     @staticmethod
     def weighted_loss(per_sample, weights, scale=1.0):
+        if all(w == 1.0 for w in weights):    # the usual share, every sample once: no weight tensor to build
+            return per_sample.sum() * scale
         return (per_sample * per_sample.new_tensor(weights)).sum() * scale
 
     # ----------------------------------------------------------------- metrics

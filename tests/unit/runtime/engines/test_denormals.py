@@ -1,5 +1,6 @@
 """Denormals flushed to zero (dynatrain_runtime.engines.denormals): on the calling thread, on the threads it starts
-afterwards, on MXNet's engine threads through the engine; kept with DYNATRAIN_FLUSH_DENORMALS=0.  Each case runs in a
+afterwards, on MXNet's engine threads and on torch's calling and later threads through the engines; kept with
+DYNATRAIN_FLUSH_DENORMALS=0.  Each case runs in a
 process of its own: the setting is the process's floating-point environment."""
 from __future__ import annotations
 
@@ -36,6 +37,16 @@ mx = engine.mx
 print(float((mx.nd.array([1e-40]) * 1.0).asnumpy()[0]))
 """
 
+TORCH = """
+import threading, torch
+from dynatrain_runtime.engines.torch import TorchEngine
+engine = TorchEngine()                      # no torch.distributed environment: one process
+seen = []
+t = threading.Thread(target=lambda: seen.append(float(torch.tensor([1e-40]) * 1.0)))
+t.start(); t.join()
+print(float(torch.tensor([1e-40]) * 1.0), seen[0])
+"""
+
 
 def _run(python, code, **env):
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, check=False,
@@ -64,3 +75,10 @@ def test_mxnets_engine_threads_flush_once_the_engine_is_created():
     assert float(out[0]) == 0.0               # computed on MXNet's engine thread, started after the flush
     out, _err = _run(python, ENGINE, DYNATRAIN_FLUSH_DENORMALS="0")
     assert float(out[0]) > 0
+
+
+def test_the_torch_engine_flushes_on_its_thread_and_later_ones(torch_python):
+    out, _err = _run(torch_python, TORCH)
+    assert [float(v) for v in out] == [0.0, 0.0]      # the training thread, and a thread started after the engine
+    out, _err = _run(torch_python, TORCH, DYNATRAIN_FLUSH_DENORMALS="0")
+    assert all(float(v) > 0 for v in out)
