@@ -1,7 +1,7 @@
 """Denormals flushed to zero (dynatrain_runtime.engines.denormals): on the calling thread, on the threads it starts
 afterwards, on MXNet's engine threads and on torch's calling and later threads through the engines; kept with
-DYNATRAIN_FLUSH_DENORMALS=0.  Each case runs in a
-process of its own: the setting is the process's floating-point environment."""
+DYNATRAIN_FLUSH_DENORMALS=0.  Each case runs in a process of its own: the setting is the process's floating-point
+environment."""
 from __future__ import annotations
 
 import os
