@@ -9,7 +9,7 @@
   group in this process, ``settle`` (the joiners receive the state from the survivors, chunked and
   verified), wrap DDP again without a broadcast, and go on with the next step.  The sampler's split,
   the audit and the DT log are untouched: the step count, position and audit log carry on in memory.
-* **A lost peer**: DDP's exchange fails (``guarded_allreduce`` sets ``lost``; no exception in the
+* **A lost peer**: DDP's exchange fails (``guard_backward`` sets ``lost``; no exception in the
   script) or the metrics all-reduce raises; the worker says ``peer_lost`` and waits for ``regroup``.
   When the exchange failed it restores its newest boundary snapshot (the copy taken as the exchange failed:
   the step in flight is redone); when a later collective of the step failed, the exchange had completed and
@@ -242,7 +242,7 @@ class InPlaceWorker:
         el._emit_hb("stopped", force=True)
 
     def _snapshot_at_loss(self):
-        """(the comm hook's thread, once) The exchange failed before the optimizer stepped: the model and
+        """(once, as the backward pass failed) The exchange failed before the optimizer stepped: the model and
         optimizer still hold the last completed step (``el.step``); copy them, as a boundary snapshot."""
         el = self.el
         self.loss_snapshot = el.engine.snapshot(el.meta(), el.audit_log if el.audit else None)
