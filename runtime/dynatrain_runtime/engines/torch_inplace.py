@@ -132,11 +132,8 @@ def wrap(engine, lost, init_sync):
     if engine.world > 1:
         from torch.nn.parallel import DistributedDataParallel
         ids = [engine.device.index] if engine.device.type == "cuda" else None
-        ddp = DistributedDataParallel(engine.module, device_ids=ids, init_sync=init_sync)
-        guard_backward(lost)
-        stable.set_target(ddp, lost)
+        stable.set_target(DistributedDataParallel(engine.module, device_ids=ids, init_sync=init_sync), lost)
     else:
-        guard_backward(None)
         stable.set_target(None)
     return stable
 
@@ -157,8 +154,12 @@ def make_stable(module):
             object.__setattr__(self, "_lost", None)
 
         def set_target(self, ddp, lost=None):
+            """The DDP to run (None: the bare module) and the flag its lost peers set (the backward guard
+            armed with it while a DDP is current)."""
+            lost = lost if ddp is not None else None
             object.__setattr__(self, "_ddp", ddp)
             object.__setattr__(self, "_lost", lost)
+            guard_backward(lost)
 
         def forward(self, *args, **kwargs):         # pylint: disable=arguments-differ
             ddp, lost = self._ddp, self._lost
@@ -168,9 +169,8 @@ def make_stable(module):
             try:
                 return ddp(*args, **kwargs)
             except RuntimeError as exc:             # DDP's forward talks too (buffers, the buckets' order)
-                if lost is None or not is_peer_error(exc):
+                if not _lost_to(lost, exc):
                     raise
-                lost.set(exc)
                 return self.module(*args, **kwargs)
 
     return StableModel(module)
@@ -209,6 +209,14 @@ class LostFlag:
 _ARMED = [None]          # the LostFlag of this process's current multi-member DDP (None: nothing to guard)
 
 
+def _lost_to(lost, exc):
+    """True, with ``lost`` set, when ``exc`` says a peer is gone and a flag is armed; else the caller re-raises."""
+    if lost is None or not is_peer_error(exc):
+        return False
+    lost.set(exc)
+    return True
+
+
 def guard_backward(lost):
     """Arm (``lost``) or disarm (None) the backward guard: once armed, a backward pass -- ``loss.backward()``
     or ``torch.autograd.backward`` -- whose DDP exchange lost a peer sets ``lost`` and returns, where DDP
@@ -227,11 +235,9 @@ def guard_backward(lost):
         try:
             return current(*args, **kwargs)
         except RuntimeError as exc:
-            armed = _ARMED[0]
-            if armed is None or not is_peer_error(exc):
+            if not _lost_to(_ARMED[0], exc):
                 raise
-            armed.set(exc)      # the step is discarded at its commit: its gradients do not matter
-            return None
+            return None         # the step is discarded at its commit: its gradients do not matter
 
     backward.dt_guarded = True
     backward.__doc__ = current.__doc__

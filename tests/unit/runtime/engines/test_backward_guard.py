@@ -1,7 +1,7 @@
-"""The in-place mode's guarded exchange (dynatrain_runtime.engines.torch_inplace.guard_backward): DDP's own
-gradient average (no comm hook), and a backward pass whose peer was killed sets the lost flag instead of raising
-in the script; the rest of the step runs on the bare module; a script's own error in backward still raises.
-Two real processes in a gloo group on 127.0.0.1."""
+"""The in-place mode's guarded exchange (dynatrain_runtime.engines.torch_inplace.guard_backward, armed by the stable
+model's set_target): DDP's own gradient average (no comm hook), and a backward pass whose peer was killed sets the
+lost flag instead of raising in the script; the rest of the step runs on the bare module; a script's own error in
+backward still raises.  Two real processes in a gloo group on 127.0.0.1."""
 from __future__ import annotations
 
 import json
@@ -14,14 +14,13 @@ import datetime, json, os, signal, sys
 import torch, torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from dynatrain_runtime.engines.torch_inplace import LostFlag, guard_backward, make_stable
+from dynatrain_runtime.engines.torch_inplace import LostFlag, make_stable
 
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 module = nn.Linear(8, 2)
 stable, lost = make_stable(module), LostFlag()
-stable.set_target(DistributedDataParallel(module), lost)
-guard_backward(lost)
+stable.set_target(DistributedDataParallel(module), lost)   # arms the backward guard with it
 x = torch.full((4, 8), rank + 1.0)          # each rank's own input: the average differs from either
 out = {"first_grad": None}
 for step in range(10000):
