@@ -37,16 +37,18 @@ def torch_requirements(gpu, version=gpu_select.TORCH_VERSION, cpu_local=gpu_sele
     return gpu_select.torch_requirements(bool(gpu), str(version), str(cpu_local or ""))
 
 
-def wheel_lock_lines(wheel_dir, roots, python_version, machine="x86_64"):
+def wheel_lock_lines(wheel_dir, roots, python_version, machine="x86_64", hashes=True):
     """Hash-pinned requirement lines for ``roots`` from the controller directory ``wheel_dir``.
 
-    Returns dict(lines, pins, missing); see plugin_utils/wheel_lock.py.
+    Returns dict(lines, pins, missing); see plugin_utils/wheel_lock.py. ``hashes=false``: no wheel is
+    read whole, the lines carry no hashes (what is missing is the same).
     """
     if not os.path.isdir(str(wheel_dir)):
         raise AnsibleFilterError(f"wheelhouse {wheel_dir} is not a directory on the controller")
     wheels = sorted(glob.glob(os.path.join(str(wheel_dir), "*.whl")))
     try:
-        return wheel_lock.lock(wheels, list(roots), str(python_version), machine)
+        return wheel_lock.lock(wheels, list(roots), str(python_version), machine,
+                               hasher=wheel_lock.sha256 if hashes else None)
     except Exception as exc:  # a malformed requirement or wheel: say which, as a filter error
         raise AnsibleFilterError(f"wheel_lock_lines: {exc}") from exc
 

@@ -100,7 +100,8 @@ def lock(wheels, roots, python_version, machine="x86_64", hasher=sha256):
     ``pip install --require-hashes -r``; ``pins``: {name: version}; ``files``: the wheel
     file names pinned (what the node's wheelhouse must hold); ``missing``: the
     requirements no fitting wheel satisfies (or that conflict with a pin), each said
-    with what the wheelhouse has.
+    with what the wheelhouse has. ``hasher=None``: the lines carry no hashes (a look for what is
+    missing reads no wheel whole: PyTorch's CPU wheel alone is 192 MB).
     """
     from packaging.requirements import Requirement
     from packaging.version import Version
@@ -136,6 +137,6 @@ def lock(wheels, roots, python_version, machine="x86_64", hasher=sha256):
     for name in sorted(pins):
         paths = idx[name][pins[name]]
         files += [os.path.basename(p) for p in paths]
-        hashes = sorted({hasher(p) for p in paths})
-        lines.append(f"{name}=={pins[name]} " + " ".join(f"--hash=sha256:{h}" for h in hashes))
+        hashes = sorted({hasher(p) for p in paths}) if hasher is not None else []
+        lines.append(" ".join([f"{name}=={pins[name]}"] + [f"--hash=sha256:{h}" for h in hashes]))
     return {"lines": lines, "pins": pins, "files": sorted(files), "missing": missing}

@@ -145,6 +145,20 @@ def test_lock_cpu_node_takes_the_cpu_closure_only(house):
     assert f"mxnet==1.9.1 --hash=sha256:{_sha(mx)}" in out["lines"]
 
 
+def test_a_look_without_hashes_reads_no_wheel_whole_and_finds_the_same(house, monkeypatch):
+    hashed = F["wheel_lock_lines"](house, ["mxnet==1.9.1", "numpy==1.23.5", "idna==9"], "3.11")
+
+    def no_read(path):
+        raise AssertionError("read whole: " + path)
+    monkeypatch.setattr(wheel_lock, "sha256", no_read)
+    look = F["wheel_lock_lines"](house, ["mxnet==1.9.1", "numpy==1.23.5", "idna==9"], "3.11", hashes=False)
+    assert look["missing"] == hashed["missing"] and look["missing"][0].startswith("idna==9 (wheels for Python 3.11")
+    assert look["pins"] == hashed["pins"] and look["files"] == hashed["files"]
+    assert look["lines"] == [line.split(" --hash=")[0] for line in hashed["lines"]]
+    with pytest.raises(Exception, match="read whole"):          # the hashed lock reads them (the filter says so)
+        F["wheel_lock_lines"](house, ["idna==3.7"], "3.11")
+
+
 def test_lock_gpu_node_takes_cuda_build_and_its_deps(house):
     roots = ["mxnet-cu117==1.9.1", "nvidia-cublas-cu11==11.10.3.66", "nvidia-cudnn-cu11==8.5.0.96", "numpy==1.23.5"]
     out = F["wheel_lock_lines"](house, roots, "3.10")
