@@ -150,7 +150,8 @@ class InPlaceWorker:
         healing = self.healing
         if healing is None or healing.done:
             return
-        self._heal_hook.remove()
+        # the hook stays registered (a no-op once done) until the commit: removed here, inside the optimizer's
+        # loop over its pre-hooks, it would break that loop for a hook the script registered after it
         try:
             healing.finish()
         except Exception as exc:  # noqa: BLE001 - the launcher falls back to the restart path
@@ -164,6 +165,7 @@ class InPlaceWorker:
         if healing is None:
             return {}
         self._finish_healing()
+        self._heal_hook.remove()
         self.healing = None
         return {"transfer": dict(healing.stats)}
 

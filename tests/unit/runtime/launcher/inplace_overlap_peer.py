@@ -26,6 +26,8 @@ boundary.zero_grad(set_to_none=True)
 worker = InPlaceWorker(types.SimpleNamespace(engine=engine), peer_wait=5)
 meta, stats, healing = settle(engine, STEP if rank < 2 else -1, lambda: HEADER, overlap=want)
 worker._heal(healing)                            # pylint: disable=protected-access
+script_hook = []                                 # a hook the script registers after el.wrap (gradient clipping, EMA)
+opt.register_step_pre_hook(lambda _opt, _args, _kwargs: script_hook.append(1))
 ddp = DistributedDataParallel(model, init_sync=False)
 # the first step at world 3: the same data everywhere, each rank's share of it by the plan
 torch.manual_seed(5)
@@ -40,11 +42,15 @@ before = digest(engine)[0]                       # the joiner: still its own sta
 grads = [p.grad.clone() for p in model.parameters()]
 opt.step()
 done = worker.after_step()
+after = digest(engine)[0]
+opt.step()                                       # the next step: the transfer's hook is gone, the script's stays
 # the averaged gradient is the mean over the global batch: as one process computing it over all 12 samples
 torch.nn.functional.cross_entropy(boundary(x), y).backward()
 mean_ok = all(float((g - r.grad).norm() / r.grad.norm()) < 1e-5 for g, r in zip(grads, boundary.parameters()))
 print(json.dumps({"mean_ok": mean_ok, "rank": rank, "meta": meta, "stats": done.get("transfer", stats), "before": before,
-                  "after": digest(engine)[0], "indices": indices, "weights": weights, "global_size": global_size,
-                  "healing": sorted(healing_ranks), "lr": opt.param_groups[0]["lr"]}),
+                  "after": after, "indices": indices, "weights": weights, "global_size": global_size,
+                  "healing": sorted(healing_ranks), "lr": opt.param_groups[0]["lr"],
+                  "script_hook": len(script_hook),
+                  "hooks": len(opt._optimizer_step_pre_hooks)}),  # pylint: disable=protected-access
       flush=True)
 leave(engine)

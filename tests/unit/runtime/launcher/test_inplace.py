@@ -129,6 +129,9 @@ def test_the_transfer_behind_the_first_step_leaves_the_joiner_bit_equal_after_it
     assert len({o["after"] for o in outs}) == 1, outs         # after the step: the same state, bit for bit
     assert joiner["lr"] == 0.05                               # this step's LR, not the loaded boundary's
     assert joiner["meta"] == {"step": 7, "epoch": 1, "pos": 64} and joiner["stats"]["refetched"] == 1
+    # a step pre-hook the script registered after the transfer's: it ran in both steps, and the transfer's
+    # hook, removed at the commit (not inside the optimizer's loop over its hooks), is gone
+    assert all(o["script_hook"] == 2 and o["hooks"] == 1 for o in outs), outs
 
 
 def test_one_member_without_the_overlap_makes_every_member_take_the_synchronous_transfer(torch_python):
